@@ -1,0 +1,18 @@
+//! laneway: a load-balancing gateway for LLM inference clusters, with the replica
+//! simulator and load generator it is developed, tested and benchmarked with.
+//!
+//! The map:
+//! - [`gateway`]: `laneway serve`, the product. A request's path reads by folder:
+//!   listen -> classify -> pick -> forward -> observe.
+//! - [`sim`]: `laneway sim`, a vLLM-like replica (continuous batching, API-server processes,
+//!   fault switches) for demos, tests and benchmarks.
+//! - [`bench`]: `laneway bench`, the load generator that speaks the field's workload notation.
+//! - [`openai`]: the wire format all three share (request bodies, errors, SSE scanning).
+//! - [`tokens`]: the prompt-length estimator all three share.
+
+pub mod bench;
+pub mod gateway;
+pub mod openai;
+pub mod sim;
+pub mod telemetry;
+pub mod tokens;

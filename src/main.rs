@@ -1,0 +1,43 @@
+//! The `laneway` binary: parses the command line and hands over to the library.
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "laneway",
+    version,
+    about = "A load-balancing gateway for LLM inference clusters"
+)]
+struct Cli {
+    /// Log as JSON lines instead of human-readable text.
+    #[arg(long, global = true)]
+    log_json: bool,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway (the default when no subcommand is given).
+    Serve(laneway::gateway::ServeArgs),
+    /// Run a simulated vLLM-like replica.
+    Sim(laneway::sim::SimArgs),
+    /// Run the load generator against one or more targets.
+    Bench(laneway::bench::BenchArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    laneway::telemetry::init_logging(cli.log_json);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        match cli.command {
+            None => laneway::gateway::run(laneway::gateway::ServeArgs::default()).await,
+            Some(Command::Serve(args)) => laneway::gateway::run(args).await,
+            Some(Command::Sim(args)) => laneway::sim::run(args).await,
+            Some(Command::Bench(args)) => laneway::bench::run(args).await,
+        }
+    })
+}

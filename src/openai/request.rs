@@ -1,0 +1,265 @@
+//! Parsing the body of `POST /v1/chat/completions` and `POST /v1/completions` into the few
+//! fields that routing and simulation need, with the prompt's estimated token count.
+
+use serde::Deserialize;
+
+use crate::tokens::{CHAT_TOKENS_PER_MESSAGE, estimate_text_tokens};
+
+/// Which OpenAI inference endpoint a body was sent to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Endpoint {
+    Chat,
+    Completions,
+}
+
+impl Endpoint {
+    /// The endpoint served at `path`, if it is an inference path.
+    pub fn from_path(path: &str) -> Option<Self> {
+        match path {
+            "/v1/chat/completions" => Some(Self::Chat),
+            "/v1/completions" => Some(Self::Completions),
+            _ => None,
+        }
+    }
+
+    pub fn path(self) -> &'static str {
+        match self {
+            Self::Chat => "/v1/chat/completions",
+            Self::Completions => "/v1/completions",
+        }
+    }
+}
+
+/// Why a body is not a valid inference request. Each variant maps to a 400.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RequestParseError {
+    #[error("request body is not valid JSON: {0}")]
+    InvalidJson(String),
+    #[error("field `messages` is required for chat completions")]
+    MissingMessages,
+    #[error("field `prompt` is required for completions")]
+    MissingPrompt,
+    #[error("field `{field}` is invalid: {reason}")]
+    InvalidField { field: &'static str, reason: String },
+}
+
+/// What the prompt was given as.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PromptInput {
+    /// Chat messages, already flattened to their text parts.
+    Messages(Vec<String>),
+    /// A completion prompt as text (one or several strings).
+    Text(Vec<String>),
+    /// A completion prompt given as token ids: their count is exact.
+    TokenIds(u64),
+}
+
+/// The routing- and simulation-relevant fields of an inference request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InferenceRequest {
+    pub endpoint: Endpoint,
+    pub model: Option<String>,
+    pub prompt: PromptInput,
+    /// `max_completion_tokens` if given, else `max_tokens`.
+    pub max_tokens: Option<u64>,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub ignore_eos: bool,
+}
+
+#[derive(Deserialize)]
+struct RawRequest {
+    model: Option<String>,
+    messages: Option<Vec<RawMessage>>,
+    prompt: Option<serde_json::Value>,
+    max_tokens: Option<u64>,
+    max_completion_tokens: Option<u64>,
+    #[serde(default)]
+    stream: Option<bool>,
+    stream_options: Option<RawStreamOptions>,
+    #[serde(default)]
+    ignore_eos: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct RawMessage {
+    #[serde(default)]
+    content: Option<RawContent>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawContent {
+    Text(String),
+    Parts(Vec<RawPart>),
+}
+
+#[derive(Deserialize)]
+struct RawPart {
+    text: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawStreamOptions {
+    include_usage: Option<bool>,
+}
+
+impl InferenceRequest {
+    /// Parses a request body sent to `endpoint`.
+    pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<Self, RequestParseError> {
+        let raw: RawRequest = serde_json::from_slice(body)
+            .map_err(|error| RequestParseError::InvalidJson(error.to_string()))?;
+        let prompt = match endpoint {
+            Endpoint::Chat => {
+                let messages = raw.messages.ok_or(RequestParseError::MissingMessages)?;
+                PromptInput::Messages(messages.into_iter().map(message_text).collect())
+            }
+            Endpoint::Completions => {
+                parse_prompt(raw.prompt.ok_or(RequestParseError::MissingPrompt)?)?
+            }
+        };
+        Ok(Self {
+            endpoint,
+            model: raw.model,
+            prompt,
+            max_tokens: raw.max_completion_tokens.or(raw.max_tokens),
+            stream: raw.stream.unwrap_or(false),
+            include_usage: raw
+                .stream_options
+                .and_then(|o| o.include_usage)
+                .unwrap_or(false),
+            ignore_eos: raw.ignore_eos.unwrap_or(false),
+        })
+    }
+
+    /// The prompt's token count under the shared estimator (exact for token-id prompts).
+    pub fn prompt_tokens(&self) -> u64 {
+        match &self.prompt {
+            PromptInput::Messages(messages) => messages
+                .iter()
+                .map(|text| estimate_text_tokens(text) + CHAT_TOKENS_PER_MESSAGE)
+                .sum(),
+            PromptInput::Text(texts) => texts.iter().map(|text| estimate_text_tokens(text)).sum(),
+            PromptInput::TokenIds(count) => *count,
+        }
+    }
+}
+
+fn message_text(message: RawMessage) -> String {
+    match message.content {
+        None => String::new(),
+        Some(RawContent::Text(text)) => text,
+        Some(RawContent::Parts(parts)) => parts.into_iter().filter_map(|p| p.text).collect(),
+    }
+}
+
+fn parse_prompt(value: serde_json::Value) -> Result<PromptInput, RequestParseError> {
+    use serde_json::Value;
+    let invalid = |reason: &str| RequestParseError::InvalidField {
+        field: "prompt",
+        reason: reason.to_string(),
+    };
+    match value {
+        Value::String(text) => Ok(PromptInput::Text(vec![text])),
+        Value::Array(items) if items.iter().all(Value::is_string) => Ok(PromptInput::Text(
+            items
+                .into_iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect(),
+        )),
+        Value::Array(items) if items.iter().all(Value::is_u64) => {
+            Ok(PromptInput::TokenIds(items.len() as u64))
+        }
+        Value::Array(items) if items.iter().all(Value::is_array) => {
+            let mut count = 0;
+            for item in &items {
+                let ids = item.as_array().expect("checked above");
+                if !ids.iter().all(Value::is_u64) {
+                    return Err(invalid("nested prompt arrays must hold token ids"));
+                }
+                count += ids.len() as u64;
+            }
+            Ok(PromptInput::TokenIds(count))
+        }
+        _ => Err(invalid(
+            "must be a string, a list of strings or a list of token ids",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chat_request_fields_and_token_count() {
+        let body = br#"{"model":"m","messages":[{"role":"user","content":"abcdefgh"}],
+            "max_tokens":5,"stream":true,"stream_options":{"include_usage":true}}"#;
+        let request = InferenceRequest::parse(Endpoint::Chat, body).unwrap();
+        assert_eq!(request.model.as_deref(), Some("m"));
+        assert_eq!(request.max_tokens, Some(5));
+        assert!(request.stream && request.include_usage && !request.ignore_eos);
+        assert_eq!(request.prompt_tokens(), 2 + CHAT_TOKENS_PER_MESSAGE);
+    }
+
+    #[test]
+    fn max_completion_tokens_wins_over_max_tokens() {
+        let body = br#"{"messages":[],"max_tokens":5,"max_completion_tokens":9}"#;
+        let request = InferenceRequest::parse(Endpoint::Chat, body).unwrap();
+        assert_eq!(request.max_tokens, Some(9));
+    }
+
+    #[test]
+    fn content_parts_are_joined() {
+        let body = br#"{"messages":[{"role":"user","content":[{"type":"text","text":"abcd"},
+            {"type":"image_url","image_url":{"url":"x"}},{"type":"text","text":"efgh"}]}]}"#;
+        let request = InferenceRequest::parse(Endpoint::Chat, body).unwrap();
+        assert_eq!(
+            request.prompt,
+            PromptInput::Messages(vec!["abcdefgh".into()])
+        );
+    }
+
+    #[test]
+    fn completion_prompts_in_every_shape() {
+        let parse = |body: &[u8]| InferenceRequest::parse(Endpoint::Completions, body);
+        assert_eq!(
+            parse(br#"{"prompt":"abcdabcd"}"#).unwrap().prompt_tokens(),
+            2
+        );
+        assert_eq!(
+            parse(br#"{"prompt":["abcd","ab"]}"#)
+                .unwrap()
+                .prompt_tokens(),
+            2
+        );
+        assert_eq!(parse(br#"{"prompt":[1,2,3]}"#).unwrap().prompt_tokens(), 3);
+        assert_eq!(
+            parse(br#"{"prompt":[[1,2],[3]]}"#).unwrap().prompt_tokens(),
+            3
+        );
+        assert!(matches!(
+            parse(br#"{"prompt":[1,"a"]}"#),
+            Err(RequestParseError::InvalidField {
+                field: "prompt",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn bad_bodies_are_named() {
+        assert!(matches!(
+            InferenceRequest::parse(Endpoint::Chat, b"{not json"),
+            Err(RequestParseError::InvalidJson(_))
+        ));
+        assert_eq!(
+            InferenceRequest::parse(Endpoint::Chat, b"{}"),
+            Err(RequestParseError::MissingMessages)
+        );
+        assert_eq!(
+            InferenceRequest::parse(Endpoint::Completions, b"{}"),
+            Err(RequestParseError::MissingPrompt)
+        );
+    }
+}
