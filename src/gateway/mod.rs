@@ -7,6 +7,7 @@ pub mod admin;
 pub mod body;
 pub mod classify;
 pub mod config;
+pub mod demo;
 pub mod entry;
 pub mod error;
 pub mod forward;
@@ -166,12 +167,53 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         anyhow::bail!("replicas: at least one [[replicas]] entry is required");
     }
     if args.check {
-        println!(
-            "configuration OK: {} replicas, policy {}",
-            config.replicas.len(),
-            config.policy.as_str()
-        );
+        let replicas = config.replicas.len();
+        println!("configuration OK: {replicas} replicas, policy {}", config.policy.as_str());
         return Ok(());
     }
-    anyhow::bail!("simulated replicas are not available yet; pass --config")
+    let sims = if args.config.is_none() {
+        let (handles, replicas) = demo::start_replicas().await?;
+        config.replicas = replicas;
+        handles
+    } else {
+        Vec::new()
+    };
+    let gateway = spawn(config).await?;
+    print_banner(&gateway, !sims.is_empty());
+    wait_for_signal().await?;
+    tracing::info!("shutting down: draining open requests");
+    gateway.shutdown().await;
+    demo::stop_replicas(sims).await;
+    Ok(())
+}
+
+/// The first line is parsed by scripts and tests: keep its shape.
+fn print_banner(gateway: &GatewayHandle, demo: bool) {
+    let addr = gateway.addr();
+    println!("listening on http://{addr}");
+    println!("admin (metrics, health) on http://{}", gateway.admin_addr());
+    for entry in Entry::ALL {
+        if let Some(entry_addr) = gateway.entry_addr(entry) {
+            println!("{entry} entry on http://{entry_addr}");
+        }
+    }
+    for replica in gateway.state.picker.snapshot().iter() {
+        let kind = if demo { "simulated h20-tp4 replica" } else { "replica" };
+        println!("{kind} {} at http://{} (node {})", replica.name, replica.authority, replica.node);
+    }
+    println!("try:");
+    println!(
+        "  curl -sN http://{addr}/v1/chat/completions -H 'content-type: application/json' \\\n    \
+         -d '{{\"model\":\"m\",\"messages\":[{{\"role\":\"user\",\"content\":\"hello\"}}],\
+         \"max_tokens\":16,\"stream\":true}}' -D - "
+    );
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        result = tokio::signal::ctrl_c() => result?,
+        _ = terminate.recv() => {}
+    }
+    Ok(())
 }

@@ -3,7 +3,7 @@
 
 use http::header::{self, HeaderName, HeaderValue};
 use http::uri::PathAndQuery;
-use http::{Request, Uri, Version};
+use http::{HeaderMap, Request, Uri, Version};
 
 use crate::gateway::body::ProxyBody;
 
@@ -17,6 +17,22 @@ const HOP_BY_HOP: [HeaderName; 7] = [
     header::TRAILER,
     header::TRANSFER_ENCODING,
 ];
+
+/// Removes the headers that describe one connection, in either direction: the client's
+/// connection to us and ours to the replica are different connections.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if let Some(listed) = headers.get(header::CONNECTION).cloned() {
+        // Headers the sender marked connection-specific go too.
+        for name in listed.to_str().unwrap_or("").split(',') {
+            if let Ok(name) = HeaderName::from_bytes(name.trim().as_bytes()) {
+                headers.remove(name);
+            }
+        }
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
 
 /// How the upstream client wants the target written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,17 +65,7 @@ pub fn to_upstream(
     // Replicas speak HTTP/1.1 whatever the client spoke.
     *request.version_mut() = Version::HTTP_11;
     let headers = request.headers_mut();
-    if let Some(listed) = headers.get(header::CONNECTION).cloned() {
-        // Headers the client marked connection-specific go too.
-        for name in listed.to_str().unwrap_or("").split(',') {
-            if let Ok(name) = HeaderName::from_bytes(name.trim().as_bytes()) {
-                headers.remove(name);
-            }
-        }
-    }
-    for name in HOP_BY_HOP {
-        headers.remove(name);
-    }
+    strip_hop_by_hop(headers);
     if let Ok(host) = HeaderValue::from_str(authority) {
         headers.insert(header::HOST, host);
     }

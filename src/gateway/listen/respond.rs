@@ -10,6 +10,7 @@ use hyper::body::Incoming;
 
 use crate::gateway::body::{ProxyBody, boxed};
 use crate::gateway::entry::{Entry, Strategy};
+use crate::gateway::forward::request::strip_hop_by_hop;
 use crate::gateway::observe::{
     BodyKind, DEFAULT_VARIANT, ObservedBody, Recorder, RequestLabels, status_class,
 };
@@ -69,6 +70,7 @@ pub fn respond(
         proxied.prompt_tokens,
     );
     let (mut parts, body) = upstream.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
     tag(&mut parts.headers, proxied.entry, proxied.strategy, Some(&replica));
     let body = boxed(ObservedBody::new(body, recorder, proxied.guard));
     state.metrics.record_overhead("first_byte", headers_at);
