@@ -13,7 +13,8 @@
 //! (the well-known "one worker takes most of the load" effect). The model: among idle
 //! workers (no queued CPU work and no accepted connection still waiting for its first
 //! request), pick the one that became idle most recently (ties: lowest index); if none is
-//! idle, the one that frees up first. It is deterministic (no random choice), so a few
+//! idle, the one with the fewest connections still to send a request, then the one that
+//! frees up first. It is deterministic (no random choice), so a few
 //! keep-alive connections opened on a quiet replica land on the same worker, as in the
 //! field, while a burst of fresh connections spreads over the workers.
 
@@ -71,8 +72,8 @@ impl ApiWorkers {
                 .enumerate()
                 .min_by_key(|(_, worker)| {
                     (
-                        worker.busy_until.load(Ordering::Acquire).max(now.0),
                         worker.awaiting_first_request.load(Ordering::Acquire),
+                        worker.busy_until.load(Ordering::Acquire).max(now.0),
                     )
                 })
                 .map(|(index, _)| index)

@@ -88,14 +88,26 @@ pub struct ResponseWriter {
 }
 
 impl ResponseWriter {
-    pub fn new(endpoint: Endpoint, sequence: u64, created: u64, model: String, seed: u64) -> Self {
+    /// A writer for request number `sequence` of replica `replica` (both make the id unique
+    /// across the replicas of one test or demo).
+    pub fn new(
+        endpoint: Endpoint,
+        replica: &str,
+        sequence: u64,
+        created: u64,
+        model: String,
+        seed: u64,
+    ) -> Self {
+        let replica_hash = replica.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        });
         let prefix = match endpoint {
             Endpoint::Chat => "chatcmpl",
             Endpoint::Completions => "cmpl",
         };
         Self {
             endpoint,
-            id: format!("{prefix}-{:016x}{:08x}", mix(seed ^ sequence), sequence),
+            id: format!("{prefix}-{:016x}{sequence:08x}", mix(seed ^ replica_hash ^ mix(sequence))),
             created,
             model,
             seed,
@@ -215,7 +227,7 @@ mod tests {
 
     #[test]
     fn chat_events_have_vllm_shape() {
-        let writer = ResponseWriter::new(Endpoint::Chat, 1, 7, "m".into(), 0);
+        let writer = ResponseWriter::new(Endpoint::Chat, "r", 1, 7, "m".into(), 0);
         let parse = |event: Bytes| -> serde_json::Value {
             let text = std::str::from_utf8(&event).unwrap();
             serde_json::from_str(text.strip_prefix("data: ").unwrap().trim_end()).unwrap()
@@ -232,9 +244,9 @@ mod tests {
 
     #[test]
     fn text_is_reproducible_per_seed() {
-        let a = ResponseWriter::new(Endpoint::Completions, 1, 0, "m".into(), 1);
-        let b = ResponseWriter::new(Endpoint::Completions, 2, 0, "m".into(), 1);
-        let c = ResponseWriter::new(Endpoint::Completions, 1, 0, "m".into(), 2);
+        let a = ResponseWriter::new(Endpoint::Completions, "r", 1, 0, "m".into(), 1);
+        let b = ResponseWriter::new(Endpoint::Completions, "r", 2, 0, "m".into(), 1);
+        let c = ResponseWriter::new(Endpoint::Completions, "r", 1, 0, "m".into(), 2);
         assert_eq!(a.full_text(20), b.full_text(20));
         assert_ne!(a.full_text(20), c.full_text(20));
         assert_eq!(a.full_text(3).split(' ').count(), 4);

@@ -103,6 +103,7 @@ pub async fn serve(
     let model = request.model.clone().unwrap_or_else(|| profile.served_model_name.clone());
     let writer = ResponseWriter::new(
         endpoint,
+        &state.config.id,
         state.counters.next_id(),
         state.created_unix,
         model,

@@ -6,7 +6,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -24,6 +24,9 @@ use super::metrics::SimMetrics;
 use super::routes;
 use super::state::SimState;
 use super::stats::{RequestCounters, SimStats};
+
+/// Pause after a failed accept before trying again.
+const ACCEPT_RETRY: Duration = Duration::from_millis(10);
 
 /// A running replica.
 #[derive(Debug)]
@@ -143,15 +146,21 @@ async fn accept_loop(
                 Err(error) => tracing::warn!(%error, %addr, "cannot listen again"),
             }
         }
-        tokio::select! {
-            accepted = accept(&listener) => {
-                let Ok((stream, _peer)) = accepted else { continue };
-                let connection = serve_connection(state.clone(), stream, drop_watch.clone());
-                connections.spawn(connection);
-            }
-            _ = faults.changed() => {}
+        let accepted = tokio::select! {
+            accepted = accept(&listener) => accepted,
+            _ = faults.changed() => continue,
             _ = stop.wait_for(|stopped| *stopped) => break,
-            Some(_) = connections.join_next() => {}
+            Some(_) = connections.join_next() => continue,
+        };
+        match accepted {
+            Ok((stream, _peer)) => {
+                connections.spawn(serve_connection(state.clone(), stream, drop_watch.clone()));
+            }
+            Err(error) => {
+                // E.g. out of descriptors: back off instead of spinning on accept.
+                tracing::warn!(%error, "accept failed");
+                tokio::time::sleep(ACCEPT_RETRY).await;
+            }
         }
     }
     drop(listener);

@@ -2,6 +2,7 @@
 //! through the API worker (every event costs `per_chunk_us` of its serial CPU time).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::mpsc;
@@ -16,6 +17,11 @@ use super::state::SimState;
 use super::stats::InFlightGuard;
 use crate::openai::request::Endpoint;
 use crate::openai::{ApiError, ErrorKind};
+
+/// Wall-clock pause that lets the connection flush what it took before a cut.
+const CUT_GRACE: Duration = Duration::from_millis(10);
+/// Bound on the waits for the connection to take the queued events before a cut.
+const CUT_DRAIN_POLLS: usize = 100;
 
 /// Everything one stream needs; runs as its own task until the stream ends or the client
 /// goes away.
@@ -117,7 +123,7 @@ impl StreamJob {
         if let Fault::CutAfterChunks { chunks } = self.state.faults.get()
             && progress.events_sent >= chunks
         {
-            let _ = self.chunks.send(Err(StreamCut)).await;
+            self.cut().await;
             return Err(Stopped);
         }
         let per_chunk_us = self.state.config.profile.api.per_chunk_us;
@@ -131,6 +137,20 @@ impl StreamJob {
             self.state.metrics.time_to_first_token.observe(ttft);
         }
         Ok(sent_at)
+    }
+
+    /// Ends the stream with an error once the events before it are on the wire: hyper drops
+    /// buffered frames when a body fails, so the cut waits for the connection to take every
+    /// queued event and flush it (a short wall-clock grace; the cut's timing is not modelled).
+    async fn cut(&self) {
+        for _ in 0..CUT_DRAIN_POLLS {
+            if self.chunks.capacity() == self.chunks.max_capacity() {
+                break;
+            }
+            tokio::time::sleep(CUT_GRACE).await;
+        }
+        tokio::time::sleep(CUT_GRACE).await;
+        let _ = self.chunks.send(Err(StreamCut)).await;
     }
 
     fn record_finish(&self, progress: &Progress) {
