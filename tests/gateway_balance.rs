@@ -56,6 +56,28 @@ async fn least_queue_sends_fewer_requests_to_a_loaded_replica() {
 }
 
 #[tokio::test]
+async fn a_replica_failing_its_scrapes_is_avoided_until_it_recovers() {
+    let sims = start_sims(2, 1).await;
+    let gateway = start_gateway(config_for(&sims)).await;
+    let client = reqwest::Client::new();
+    sims[0].set_fault(Fault::Unavailable);
+    wait_until("a failed scrape", || gateway.replica_failures("sim-0") > 0).await;
+    for _ in 0..10 {
+        let response = client
+            .post(url(&gateway, "/v1/chat/completions"))
+            .json(&chat_body(20, 2, false))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(header(&response, "x-laneway-replica"), "sim-1");
+    }
+    sims[0].set_fault(Fault::Healthy);
+    wait_until("a good scrape", || gateway.replica_failures("sim-0") == 0).await;
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
 async fn round_robin_splits_evenly_whatever_the_load() {
     let counts = served_per_replica(PolicyKind::RoundRobin).await;
     assert_eq!(counts.get("sim-0"), Some(&(REQUESTS / 2)));

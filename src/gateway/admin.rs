@@ -32,6 +32,7 @@ async fn health(State(state): State<Arc<GatewayState>>) -> impl IntoResponse {
                 "name": replica.name,
                 "node": replica.node,
                 "in_flight": replica.load.in_flight(),
+                "recent_failures": replica.load.failures(),
                 "scrape_age_seconds": age.map(|a| a.as_secs_f64()),
             })
         })

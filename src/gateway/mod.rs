@@ -79,6 +79,11 @@ impl GatewayHandle {
         self.state.picker.by_name(name).map_or(0, |replica| replica.load.in_flight())
     }
 
+    /// Refused connections and failed scrapes of a replica since its last success.
+    pub fn replica_failures(&self, name: &str) -> u64 {
+        self.state.picker.by_name(name).map_or(0, |replica| replica.load.failures())
+    }
+
     /// The Prometheus text the admin listener would serve.
     pub fn metrics_text(&self) -> String {
         self.state.metrics.render(&self.state.picker)

@@ -124,7 +124,7 @@ async fn inference(
         state.metrics.record_overhead("request", received_at);
         match connector.send(&replica, upstream_request, None).await {
             Ok(upstream) => {
-                replica.load.connect_failures.store(0, std::sync::atomic::Ordering::Relaxed);
+                replica.load.clear_failures();
                 // Phase 4: observe, as the body streams.
                 let proxied = Proxied {
                     entry,
@@ -138,10 +138,7 @@ async fn inference(
             }
             Err(error) => {
                 if error.retry_allowed() {
-                    replica
-                        .load
-                        .connect_failures
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    replica.load.record_failure();
                 }
                 if !error.retry_allowed() || attempt == MAX_ATTEMPTS {
                     return (entry, Err(error));

@@ -35,8 +35,8 @@ pub struct ReplicaLoad {
     pub in_flight: AtomicU64,
     /// Estimated prompt tokens of those requests.
     pub in_flight_prompt_tokens: AtomicU64,
-    /// Connect failures since the last successful scrape or request.
-    pub connect_failures: AtomicU64,
+    /// Refused connections and failed scrapes since the last success of either.
+    failures: AtomicU64,
     /// Last scraped `vllm:num_requests_waiting` (or SGLang's equivalent).
     pub reported_waiting: AtomicU64,
     /// Last scraped `vllm:num_requests_running`.
@@ -76,7 +76,23 @@ impl ReplicaLoad {
         self.kv_cache_usage_bits.store(reported.kv_cache_usage.to_bits(), Ordering::Relaxed);
         let micros = now.saturating_duration_since(epoch).as_micros() as u64 + 1;
         self.last_scrape_micros.store(micros, Ordering::Release);
-        self.connect_failures.store(0, Ordering::Relaxed);
+        self.clear_failures();
+    }
+
+    /// Counts a refused connection or a failed scrape.
+    pub fn record_failure(&self) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A request or scrape got through: the replica is reachable again.
+    pub fn clear_failures(&self) {
+        if self.failures.load(Ordering::Relaxed) != 0 {
+            self.failures.store(0, Ordering::Relaxed);
+        }
+    }
+
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
     }
 
     /// Age of the last successful scrape at `now`, `None` if there was none.
