@@ -155,3 +155,25 @@ async fn unknown_paths_are_forwarded_to_a_replica() {
     assert_eq!(version.status(), 200);
     gateway.shutdown().await;
 }
+
+#[tokio::test]
+async fn head_requests_and_empty_bodies_are_not_counted_as_disconnects() {
+    let sims = start_sims(1, 1).await;
+    let gateway = start_gateway(config_for(&sims)).await;
+    let client = reqwest::Client::new();
+    let response = client.head(url(&gateway, "/health")).send().await.unwrap();
+    assert_eq!(header(&response, "x-laneway-replica"), "sim-0");
+    let response = client.get(url(&gateway, "/health")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    response.bytes().await.unwrap();
+    wait_until("requests released", || gateway.replica_in_flight("sim-0") == 0).await;
+    let metrics = gateway.metrics_text();
+    assert_eq!(
+        sample(
+            &metrics,
+            "laneway_request_errors_total{entry=\"short\",kind=\"client_disconnect\"}"
+        ),
+        None
+    );
+    gateway.shutdown().await;
+}

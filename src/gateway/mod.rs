@@ -172,8 +172,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         anyhow::bail!("replicas: at least one [[replicas]] entry is required");
     }
     if args.check {
-        let replicas = config.replicas.len();
-        println!("configuration OK: {replicas} replicas, policy {}", config.policy.as_str());
+        let policy = config.policy.as_str();
+        match args.config {
+            Some(_) => {
+                println!("configuration OK: {} replicas, policy {policy}", config.replicas.len())
+            }
+            None => println!(
+                "configuration OK: built-in defaults, policy {policy}, {} simulated replicas",
+                demo::DEMO_REPLICAS
+            ),
+        }
         return Ok(());
     }
     let sims = if args.config.is_none() {

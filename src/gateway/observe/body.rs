@@ -26,9 +26,15 @@ pin_project! {
     }
 }
 
-impl<B> ObservedBody<B> {
-    pub fn new(inner: B, recorder: Recorder, guard: InFlightGuard) -> Self {
-        Self { inner, recorder, guard: Some(guard), ended: false }
+impl<B: Body> ObservedBody<B> {
+    pub fn new(inner: B, mut recorder: Recorder, guard: InFlightGuard) -> Self {
+        // An empty body (204, a HEAD response) may never be polled: finish it now rather
+        // than have its drop count as an abandoned request.
+        let ended = inner.is_end_stream();
+        if ended {
+            recorder.finish(Outcome::Complete, Instant::now());
+        }
+        Self { inner, recorder, guard: (!ended).then_some(guard), ended }
     }
 }
 
