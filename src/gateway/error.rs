@@ -44,6 +44,9 @@ pub enum GatewayError {
         #[source]
         source: BoxError,
     },
+    /// Upstream: the request was sent and no response headers came in time.
+    #[error("replica `{replica}` sent no response within {after:?}")]
+    UpstreamTimeout { replica: String, after: std::time::Duration },
     /// Upstream: the request was sent, the replica did not answer properly.
     #[error("replica `{replica}` failed: {source}")]
     UpstreamReset {
@@ -66,6 +69,7 @@ impl GatewayError {
             Self::NoReplica => "no_replica",
             Self::UpstreamConnect { .. } => "upstream_connect",
             Self::UpstreamReset { .. } => "upstream_reset",
+            Self::UpstreamTimeout { .. } => "upstream_timeout",
         }
     }
 
@@ -86,6 +90,7 @@ impl GatewayError {
             Self::MethodNotAllowed { .. } => ErrorKind::MethodNotAllowed,
             Self::NoReplica => ErrorKind::Unavailable,
             Self::UpstreamConnect { .. } | Self::UpstreamReset { .. } => ErrorKind::BadGateway,
+            Self::UpstreamTimeout { .. } => ErrorKind::GatewayTimeout,
         }
     }
 

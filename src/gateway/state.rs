@@ -21,7 +21,9 @@ pub struct GatewayState {
 
 impl GatewayState {
     pub fn new(config: GatewayConfig) -> Self {
-        let connector = |entry| Connector::new(config.entry(entry), config.connect_timeout);
+        let connector = |entry| {
+            Connector::new(config.entry(entry), config.connect_timeout, config.header_timeout)
+        };
         Self {
             picker: Arc::new(Picker::new(&config)),
             metrics: Arc::new(GatewayMetrics::new()),

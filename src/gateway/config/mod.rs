@@ -64,6 +64,8 @@ pub struct GatewayConfig {
     pub body_limit_bytes: usize,
     pub drain_deadline: Duration,
     pub connect_timeout: Duration,
+    /// Longest wait for a replica's response headers.
+    pub header_timeout: Duration,
     pub short: EntryConfig,
     pub long: EntryConfig,
     pub debug: EntryConfig,

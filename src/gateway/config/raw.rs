@@ -12,6 +12,7 @@ pub struct RawConfig {
     pub body_limit_bytes: Option<i64>,
     pub drain_deadline_ms: Option<i64>,
     pub connect_timeout_ms: Option<i64>,
+    pub header_timeout_ms: Option<i64>,
     #[serde(default)]
     pub classifier: RawClassifier,
     #[serde(default)]

@@ -144,6 +144,12 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
             2000,
             600_000,
         )),
+        header_timeout: Duration::from_millis(issues.positive(
+            "header_timeout_ms",
+            raw.header_timeout_ms,
+            600_000,
+            86_400_000,
+        )),
         short: entry("entries.short", &raw.entries.short, Strategy::ForceClose, issues),
         long: entry("entries.long", &raw.entries.long, Strategy::KeepAlive, issues),
         debug: entry("entries.debug", &raw.entries.debug, Strategy::KeepAlive, issues),
