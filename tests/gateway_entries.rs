@@ -109,6 +109,23 @@ async fn dedicated_entry_listeners_fix_the_entry() {
     assert_eq!(header(&response, "x-laneway-entry"), "debug");
     assert_eq!(header(&response, "x-laneway-replica"), "sim-0");
     assert!(gateway.entry_addr(Entry::Short).is_none());
+    // On the smart listener the header pair selects the debug entry too.
+    let response = client
+        .get(url(&gateway, "/v1/models"))
+        .header("x-laneway-entry", "debug")
+        .header("x-laneway-replica", "sim-0")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(header(&response, "x-laneway-entry"), "debug");
+    let health: serde_json::Value = reqwest::get(format!("http://{}/health", gateway.admin_addr()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["status"], "ok");
+    assert_eq!(health["replicas"][0]["name"], "sim-0");
     gateway.shutdown().await;
 }
 
