@@ -15,7 +15,7 @@ use hyper::body::Incoming;
 use super::ListenerRole;
 use super::respond::{ENTRY_HEADER, Proxied, REPLICA_HEADER, respond, tag};
 use crate::gateway::body::{ProxyBody, boxed, full};
-use crate::gateway::classify::{self, ClassifyMethod};
+use crate::gateway::classify::{self, Classification, ClassifyMethod};
 use crate::gateway::entry::Entry;
 use crate::gateway::error::GatewayError;
 use crate::gateway::forward::debug::split_debug_path;
@@ -68,7 +68,7 @@ fn route(role: ListenerRole, request: &Request<Incoming>) -> Route {
     }
 }
 
-/// Inference: read the body, classify, then pick and forward (retrying a refused connect).
+/// Inference: classify -> pick -> forward -> observe.
 async fn inference(
     state: &Arc<GatewayState>,
     role: ListenerRole,
@@ -76,48 +76,69 @@ async fn inference(
     request: Request<Incoming>,
     received_at: Instant,
 ) -> (Entry, Result<Response<ProxyBody>, GatewayError>) {
-    // Phase 1: classify.
-    let named = match named_entry(role, &request) {
-        Ok(named) => named,
-        Err(error) => return (Entry::Short, Err(error)),
-    };
-    let fallback_entry = named.map_or(Entry::Short, |(entry, _)| entry);
+    match classify_request(state, role, endpoint, request).await {
+        Ok(classified) => {
+            let entry = classified.classification.entry;
+            (entry, pick_and_forward(state, classified, received_at).await)
+        }
+        Err((entry, error)) => (entry, Err(error)),
+    }
+}
+
+/// A request whose body is read and whose entry is decided.
+struct Classified {
+    parts: Parts,
+    body: Bytes,
+    classification: Classification,
+}
+
+/// Phase 1, classify: method check, body read within the limit, entry decided. On error,
+/// the entry the request was headed for (for the error's labels).
+async fn classify_request(
+    state: &Arc<GatewayState>,
+    role: ListenerRole,
+    endpoint: Endpoint,
+    request: Request<Incoming>,
+) -> Result<Classified, (Entry, GatewayError)> {
+    let named = named_entry(role, &request).map_err(|error| (Entry::Short, error))?;
+    let headed_for = named.map_or(Entry::Short, |(entry, _)| entry);
     if request.method() != Method::POST {
-        let error = GatewayError::MethodNotAllowed {
-            method: request.method().clone(),
-            path: endpoint.path().to_string(),
-        };
-        return (fallback_entry, Err(error));
+        let method = request.method().clone();
+        let path = endpoint.path().to_string();
+        return Err((headed_for, GatewayError::MethodNotAllowed { method, path }));
     }
     let (parts, body) = request.into_parts();
-    let body = match read_body(&parts, body, state.config.body_limit_bytes).await {
-        Ok(body) => body,
-        Err(error) => return (fallback_entry, Err(error)),
-    };
+    let body = read_body(&parts, body, state.config.body_limit_bytes)
+        .await
+        .map_err(|error| (headed_for, error))?;
     let threshold = state.config.short_threshold_tokens;
-    let classification = match classify::classify(endpoint, &body, named, threshold) {
-        Ok(classification) => classification,
-        Err(error) => return (fallback_entry, Err(GatewayError::BadBody(error))),
-    };
+    let classification = classify::classify(endpoint, &body, named, threshold)
+        .map_err(|error| (headed_for, GatewayError::BadBody(error)))?;
+    let labels = [classification.entry.as_str(), classification.method.as_str()];
+    state.metrics.classified.with_label_values(&labels).inc();
+    Ok(Classified { parts, body, classification })
+}
+
+/// Phases 2 to 4: pick a replica, forward with the entry's strategy (a refused connection
+/// is retried once elsewhere), and hand the response to the observer as it streams.
+async fn pick_and_forward(
+    state: &Arc<GatewayState>,
+    classified: Classified,
+    received_at: Instant,
+) -> Result<Response<ProxyBody>, GatewayError> {
+    let Classified { parts, body, classification } = classified;
     let entry = classification.entry;
-    state
-        .metrics
-        .classified
-        .with_label_values(&[entry.as_str(), classification.method.as_str()])
-        .inc();
-    // Phases 2 and 3: pick and forward.
     let connector = state.connector(entry);
     let mut excluded: Option<String> = None;
     for attempt in 1..=MAX_ATTEMPTS {
         let Some(replica) = state.picker.pick(excluded.as_deref()) else {
-            let error = match excluded {
+            return Err(match excluded {
                 None => GatewayError::NoReplica,
                 Some(replica) => GatewayError::UpstreamConnect {
                     replica,
                     source: "no other replica to try".into(),
                 },
-            };
-            return (entry, Err(error));
+            });
         };
         let guard = InFlightGuard::acquire(replica.clone(), classification.prompt_tokens);
         let upstream_request = rebuild(&parts, full(body.clone()));
@@ -125,7 +146,6 @@ async fn inference(
         match connector.send(&replica, upstream_request, None).await {
             Ok(upstream) => {
                 replica.load.clear_failures();
-                // Phase 4: observe, as the body streams.
                 let proxied = Proxied {
                     entry,
                     strategy: connector.strategy(),
@@ -134,18 +154,19 @@ async fn inference(
                     prompt_tokens: classification.prompt_tokens,
                     guard,
                 };
-                return (entry, Ok(respond(state, proxied, upstream)));
+                return Ok(respond(state, proxied, upstream));
+            }
+            Err(error) if error.retry_allowed() && attempt < MAX_ATTEMPTS => {
+                replica.load.record_failure();
+                tracing::warn!(%error, "retrying on another replica");
+                state.metrics.record_error(entry.as_str(), error.kind_label());
+                excluded = Some(replica.name.clone());
             }
             Err(error) => {
                 if error.retry_allowed() {
                     replica.load.record_failure();
                 }
-                if !error.retry_allowed() || attempt == MAX_ATTEMPTS {
-                    return (entry, Err(error));
-                }
-                tracing::warn!(%error, "retrying on another replica");
-                state.metrics.record_error(entry.as_str(), error.kind_label());
-                excluded = Some(replica.name.clone());
+                return Err(error);
             }
         }
     }
