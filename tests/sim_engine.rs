@@ -1,0 +1,119 @@
+//! The engine's scheduling, checked on exact simulated step times: continuous batching,
+//! chunked prefill, the `max_num_seqs` and KV-cache limits, and aborts freeing the cache.
+//! The clock runs a million times faster, so simulated seconds pass in microseconds.
+
+use std::sync::Arc;
+
+use laneway::sim::Profile;
+use laneway::sim::clock::{SimClock, SimTime};
+use laneway::sim::engine::{Engine, EngineLoad, EngineRequest, TokenBatch};
+use laneway::sim::fault::FaultSwitch;
+use laneway::sim::metrics::SimMetrics;
+use laneway::sim::profile::EngineProfile;
+use tokio::sync::{mpsc, watch};
+
+fn tiny() -> EngineProfile {
+    Profile::built_in("tiny").unwrap().engine
+}
+
+struct Harness {
+    inbox: mpsc::UnboundedSender<EngineRequest>,
+    _stop: watch::Sender<bool>,
+    _faults: FaultSwitch,
+}
+
+fn start(profile: EngineProfile) -> Harness {
+    let (inbox, receiver) = mpsc::unbounded_channel();
+    let (stop, stop_watch) = watch::channel(false);
+    let faults = FaultSwitch::default();
+    let engine = Engine {
+        profile,
+        clock: SimClock::new(1e6),
+        inbox: receiver,
+        faults: faults.subscribe(),
+        metrics: Arc::new(SimMetrics::new("m").unwrap()),
+        load: Arc::new(EngineLoad::default()),
+        stop: stop_watch,
+    };
+    tokio::spawn(engine.run());
+    Harness { inbox, _stop: stop, _faults: faults }
+}
+
+fn submit(harness: &Harness, prompt: u64, max_tokens: u64) -> mpsc::Receiver<TokenBatch> {
+    let (tokens, receiver) = mpsc::channel(max_tokens as usize + 1);
+    harness
+        .inbox
+        .send(EngineRequest { prompt_tokens: prompt, max_tokens, ready_at: SimTime(0), tokens })
+        .unwrap();
+    receiver
+}
+
+/// Simulated times (µs) of every token of a request.
+async fn token_times(mut receiver: mpsc::Receiver<TokenBatch>) -> Vec<f64> {
+    let mut times = Vec::new();
+    while let Some(batch) = receiver.recv().await {
+        for _ in 0..batch.count {
+            times.push(batch.at.0 as f64 / 1000.0);
+        }
+        if batch.finished {
+            break;
+        }
+    }
+    times
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 0.01
+}
+
+#[tokio::test]
+async fn requests_prefill_together_then_decode_in_the_same_steps() {
+    let profile = tiny();
+    let harness = start(profile.clone());
+    let first = submit(&harness, 100, 4);
+    let second = submit(&harness, 100, 4);
+    let (first, second) = (token_times(first).await, token_times(second).await);
+    assert_eq!(first, second, "one batch: same step ends");
+    let prefill = profile.step_base_us + 200.0 * profile.prefill_us_per_token;
+    let decode = profile.step_base_us + 2.0 * profile.decode_us_per_seq;
+    assert!(close(first[0], prefill), "{first:?}");
+    assert!(close(first[3] - first[0], 3.0 * decode), "{first:?}");
+}
+
+#[tokio::test]
+async fn long_prompts_prefill_in_chunks() {
+    let profile = tiny();
+    let harness = start(profile.clone());
+    let times = token_times(submit(&harness, 5000, 1)).await;
+    // 2048 + 2048 + 904 tokens: three steps.
+    let expected = 3.0 * profile.step_base_us + 5000.0 * profile.prefill_us_per_token;
+    assert!(close(times[0], expected), "{times:?} vs {expected}");
+}
+
+#[tokio::test]
+async fn max_num_seqs_makes_requests_wait() {
+    let mut profile = tiny();
+    profile.max_num_seqs = 1;
+    let harness = start(profile);
+    let first = submit(&harness, 10, 5);
+    let second = submit(&harness, 10, 5);
+    let (first, second) = (token_times(first).await, token_times(second).await);
+    assert!(second[0] > first[4], "the second starts after the first ends: {first:?} {second:?}");
+}
+
+#[tokio::test]
+async fn a_full_kv_cache_makes_requests_wait_and_aborts_free_it() {
+    let mut profile = tiny();
+    profile.kv_cache_tokens = 300;
+    let harness = start(profile);
+    let first = submit(&harness, 100, 100);
+    let second = submit(&harness, 100, 100);
+    let (first, second) = (token_times(first).await, token_times(second).await);
+    assert!(second[0] > first[99], "200 + 200 tokens do not fit in 300");
+
+    // A request whose client went away is aborted and its reservation released.
+    let abandoned = submit(&harness, 100, 100);
+    drop(abandoned);
+    let next = token_times(submit(&harness, 100, 100)).await;
+    assert_eq!(next.len(), 100);
+}
