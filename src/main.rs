@@ -3,11 +3,7 @@
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(
-    name = "laneway",
-    version,
-    about = "A load-balancing gateway for LLM inference clusters"
-)]
+#[command(name = "laneway", version, about = "A load-balancing gateway for LLM inference clusters")]
 struct Cli {
     /// Log as JSON lines instead of human-readable text.
     #[arg(long, global = true)]
@@ -29,9 +25,7 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     laneway::telemetry::init_logging(cli.log_json);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
         match cli.command {
             None => laneway::gateway::run(laneway::gateway::ServeArgs::default()).await,

@@ -84,10 +84,7 @@ struct ErrorFields<'a> {
 
 impl ApiError {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Self {
-            kind,
-            message: message.into(),
-        }
+        Self { kind, message: message.into() }
     }
 
     pub fn status(&self) -> StatusCode {
@@ -116,23 +113,16 @@ impl ApiError {
     pub fn into_response<B: From<Bytes>>(self) -> Response<B> {
         let mut response = Response::new(B::from(Bytes::from(self.body_json())));
         *response.status_mut() = self.status();
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         response
     }
 }
 
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} ({}): {}",
-            self.status(),
-            self.kind.type_name(),
-            self.message
-        )
+        write!(f, "{} ({}): {}", self.status(), self.kind.type_name(), self.message)
     }
 }
 

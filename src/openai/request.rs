@@ -124,10 +124,7 @@ impl InferenceRequest {
             prompt,
             max_tokens: raw.max_completion_tokens.or(raw.max_tokens),
             stream: raw.stream.unwrap_or(false),
-            include_usage: raw
-                .stream_options
-                .and_then(|o| o.include_usage)
-                .unwrap_or(false),
+            include_usage: raw.stream_options.and_then(|o| o.include_usage).unwrap_or(false),
             ignore_eos: raw.ignore_eos.unwrap_or(false),
         })
     }
@@ -162,10 +159,7 @@ fn parse_prompt(value: serde_json::Value) -> Result<PromptInput, RequestParseErr
     match value {
         Value::String(text) => Ok(PromptInput::Text(vec![text])),
         Value::Array(items) if items.iter().all(Value::is_string) => Ok(PromptInput::Text(
-            items
-                .into_iter()
-                .filter_map(|v| v.as_str().map(str::to_owned))
-                .collect(),
+            items.into_iter().filter_map(|v| v.as_str().map(str::to_owned)).collect(),
         )),
         Value::Array(items) if items.iter().all(Value::is_u64) => {
             Ok(PromptInput::TokenIds(items.len() as u64))
@@ -181,9 +175,7 @@ fn parse_prompt(value: serde_json::Value) -> Result<PromptInput, RequestParseErr
             }
             Ok(PromptInput::TokenIds(count))
         }
-        _ => Err(invalid(
-            "must be a string, a list of strings or a list of token ids",
-        )),
+        _ => Err(invalid("must be a string, a list of strings or a list of token ids")),
     }
 }
 
@@ -214,36 +206,19 @@ mod tests {
         let body = br#"{"messages":[{"role":"user","content":[{"type":"text","text":"abcd"},
             {"type":"image_url","image_url":{"url":"x"}},{"type":"text","text":"efgh"}]}]}"#;
         let request = InferenceRequest::parse(Endpoint::Chat, body).unwrap();
-        assert_eq!(
-            request.prompt,
-            PromptInput::Messages(vec!["abcdefgh".into()])
-        );
+        assert_eq!(request.prompt, PromptInput::Messages(vec!["abcdefgh".into()]));
     }
 
     #[test]
     fn completion_prompts_in_every_shape() {
         let parse = |body: &[u8]| InferenceRequest::parse(Endpoint::Completions, body);
-        assert_eq!(
-            parse(br#"{"prompt":"abcdabcd"}"#).unwrap().prompt_tokens(),
-            2
-        );
-        assert_eq!(
-            parse(br#"{"prompt":["abcd","ab"]}"#)
-                .unwrap()
-                .prompt_tokens(),
-            2
-        );
+        assert_eq!(parse(br#"{"prompt":"abcdabcd"}"#).unwrap().prompt_tokens(), 2);
+        assert_eq!(parse(br#"{"prompt":["abcd","ab"]}"#).unwrap().prompt_tokens(), 2);
         assert_eq!(parse(br#"{"prompt":[1,2,3]}"#).unwrap().prompt_tokens(), 3);
-        assert_eq!(
-            parse(br#"{"prompt":[[1,2],[3]]}"#).unwrap().prompt_tokens(),
-            3
-        );
+        assert_eq!(parse(br#"{"prompt":[[1,2],[3]]}"#).unwrap().prompt_tokens(), 3);
         assert!(matches!(
             parse(br#"{"prompt":[1,"a"]}"#),
-            Err(RequestParseError::InvalidField {
-                field: "prompt",
-                ..
-            })
+            Err(RequestParseError::InvalidField { field: "prompt", .. })
         ));
     }
 

@@ -125,16 +125,9 @@ fn classify_event(event: &[u8]) -> Option<SseEvent> {
         rest.first() == Some(&b'{'));
     let has_error = !has_choices
         && matches!(value_after_key(trimmed, b"\"error\""), Some(rest) if rest.first() == Some(&b'{'));
-    let (usage, error) = if has_usage || has_error {
-        parse_usage_and_error(trimmed)
-    } else {
-        (None, None)
-    };
-    Some(SseEvent::Data {
-        has_choices,
-        usage,
-        error,
-    })
+    let (usage, error) =
+        if has_usage || has_error { parse_usage_and_error(trimmed) } else { (None, None) };
+    Some(SseEvent::Data { has_choices, usage, error })
 }
 
 /// The bytes after `key` and its colon (whitespace skipped), if `key` occurs.
@@ -158,9 +151,7 @@ fn parse_usage_and_error(json: &[u8]) -> (Option<Usage>, Option<String>) {
     match serde_json::from_slice::<Envelope>(json) {
         Ok(envelope) => (
             envelope.usage,
-            envelope
-                .error
-                .map(|e| e.message.unwrap_or_else(|| "unknown error".into())),
+            envelope.error.map(|e| e.message.unwrap_or_else(|| "unknown error".into())),
         ),
         Err(_) => (None, None),
     }
@@ -187,32 +178,17 @@ data: [DONE]\n\n";
     #[test]
     fn classifies_a_vllm_stream_whatever_the_read_sizes() {
         let expected = vec![
-            SseEvent::Data {
-                has_choices: true,
-                usage: None,
-                error: None,
-            },
-            SseEvent::Data {
-                has_choices: true,
-                usage: None,
-                error: None,
-            },
+            SseEvent::Data { has_choices: true, usage: None, error: None },
+            SseEvent::Data { has_choices: true, usage: None, error: None },
             SseEvent::Data {
                 has_choices: false,
-                usage: Some(Usage {
-                    prompt_tokens: 7,
-                    completion_tokens: 2,
-                }),
+                usage: Some(Usage { prompt_tokens: 7, completion_tokens: 2 }),
                 error: None,
             },
             SseEvent::Done,
         ];
         for piece in [1, 2, 3, 5, 17, 64, STREAM.len()] {
-            assert_eq!(
-                scan_in_pieces(STREAM, piece),
-                expected,
-                "piece size {piece}"
-            );
+            assert_eq!(scan_in_pieces(STREAM, piece), expected, "piece size {piece}");
         }
     }
 
@@ -224,11 +200,7 @@ data: [DONE]\n\n";
         assert_eq!(
             events,
             vec![
-                SseEvent::Data {
-                    has_choices: false,
-                    usage: None,
-                    error: Some("boom".into())
-                },
+                SseEvent::Data { has_choices: false, usage: None, error: Some("boom".into()) },
                 SseEvent::Done
             ]
         );
@@ -253,11 +225,7 @@ data: [DONE]\n\n";
         let stream = b": keep-alive\n\ndata: {\"choices\":[{\"text\":\"a\"}],\"usage\":null}\n\n";
         assert_eq!(
             scan_in_pieces(stream, 7),
-            vec![SseEvent::Data {
-                has_choices: true,
-                usage: None,
-                error: None
-            }]
+            vec![SseEvent::Data { has_choices: true, usage: None, error: None }]
         );
     }
 }
