@@ -103,9 +103,11 @@ async fn every_failure_kind_is_counted_not_dropped() {
     for record in &good.records {
         assert_eq!(record.output_tokens, 5);
         assert_eq!(record.prompt_tokens, 20);
+        assert_eq!(record.chunks, 6, "the role chunk and five tokens");
         assert_eq!(record.itl.len(), 5, "six choice chunks make five gaps");
         assert!(record.ttft.is_some() && record.tpot().is_some());
     }
+    assert_eq!((good.summary.chunks_min, good.summary.chunks_max), (6, 6));
     let mut indices: Vec<u64> = good.records.iter().map(|r| r.index).collect();
     indices.sort_unstable();
     assert_eq!(indices, vec![0, 1, 2, 3], "each index once, across the interleaved rounds");
@@ -172,4 +174,16 @@ async fn streaming_charts_are_written() {
         );
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn a_target_of_several_urls_takes_them_in_turn() {
+    let base = stub_server().await;
+    let spread = format!("direct={base}/good,{base}/error");
+    let outcome = measure(&args(vec![spread], "20/2/c3", 10)).await.unwrap();
+    let summary = &outcome.targets[0].summary;
+    assert_eq!((summary.successes, summary.failures), (5, 5));
+    assert!(
+        outcome.targets[0].records.iter().all(|r| r.outcome.is_success() == (r.index % 2 == 0))
+    );
 }

@@ -25,7 +25,10 @@ fn targets_take_an_optional_name() {
     assert_eq!((named.name.as_str(), named.url.as_str()), ("direct", "http://127.0.0.1:8000"));
     let unnamed = parse_target("http://127.0.0.1:9000").unwrap();
     assert_eq!(unnamed.name, "127.0.0.1:9000");
+    let spread = parse_target("direct=http://127.0.0.1:1/, http://127.0.0.1:2").unwrap();
+    assert_eq!(spread.url, "http://127.0.0.1:1,http://127.0.0.1:2");
     assert!(matches!(parse_target("x=ftp://h"), Err(PlanError::BadTarget(_))));
+    assert!(matches!(parse_target("x=http://h:1,"), Err(PlanError::BadTarget(_))));
     assert!(matches!(parse_target("=http://h:1"), Err(PlanError::BadTarget(_))));
 }
 

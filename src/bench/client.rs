@@ -38,7 +38,9 @@ pub fn http_client() -> HttpClient {
 /// Where and how requests are sent: everything about a request but its shape.
 #[derive(Debug, Clone)]
 pub struct RequestTemplate {
-    pub uri: Uri,
+    /// One URI, or several that requests take in turn by index: the "direct" baseline's
+    /// client-side round robin over the replicas, with no proxy in between.
+    pub uris: Vec<Uri>,
     pub endpoint: Endpoint,
     pub model: String,
     pub headers: HeaderMap,
@@ -53,12 +55,15 @@ impl RequestTemplate {
         headers: &[(String, String)],
         timeout: Duration,
     ) -> anyhow::Result<Self> {
-        let uri: Uri = format!("{}{}", base_url.trim_end_matches('/'), endpoint.path()).parse()?;
+        let uris = base_url
+            .split(',')
+            .map(|base| format!("{}{}", base.trim().trim_end_matches('/'), endpoint.path()).parse())
+            .collect::<Result<Vec<Uri>, _>>()?;
         let mut header_map = HeaderMap::new();
         for (name, value) in headers {
             header_map.append(HeaderName::try_from(name.as_str())?, HeaderValue::try_from(value)?);
         }
-        Ok(Self { uri, endpoint, model: model.to_string(), headers: header_map, timeout })
+        Ok(Self { uris, endpoint, model: model.to_string(), headers: header_map, timeout })
     }
 
     /// The streamed body of request `index`: the prompt is seeded by (`seed`, `index`), so
@@ -107,8 +112,9 @@ impl RequestTemplate {
         Bytes::from(serde_json::to_vec(&body).expect("a JSON value always serialises"))
     }
 
-    fn request(&self, body: Bytes) -> Request<Full<Bytes>> {
-        let mut request = Request::post(self.uri.clone())
+    fn request(&self, index: u64, body: Bytes) -> Request<Full<Bytes>> {
+        let uri = self.uris[(index % self.uris.len() as u64) as usize].clone();
+        let mut request = Request::post(uri)
             .header(CONTENT_TYPE, "application/json")
             .body(Full::new(body))
             .expect("a parsed URI and static headers make a valid request");
@@ -129,9 +135,10 @@ pub async fn send_streaming(
     record: &mut RequestRecord,
 ) {
     record.prompt_tokens = prompt_tokens;
+    let index = record.index;
     let sent = Instant::now();
     let exchange = async {
-        let response = match client.request(template.request(body)).await {
+        let response = match client.request(template.request(index, body)).await {
             Ok(response) => response,
             Err(error) => return (Outcome::Connect(error_chain(&error)), None, None),
         };
@@ -164,6 +171,7 @@ pub async fn send_streaming(
                     record.e2e = figures.e2e;
                     record.itl = figures.itl;
                     record.output_tokens = figures.output_tokens;
+                    record.chunks = figures.chunks;
                     if let Some(reported) = figures.prompt_tokens {
                         record.prompt_tokens = reported;
                     }
@@ -184,9 +192,10 @@ pub async fn send_plain(
     body: Bytes,
     record: &mut RequestRecord,
 ) {
+    let index = record.index;
     let sent = Instant::now();
     let exchange = async {
-        let response = client.request(template.request(body)).await?;
+        let response = client.request(template.request(index, body)).await?;
         let status = response.status().as_u16();
         let collected = response.into_body().collect().await;
         Ok::<_, hyper_util::client::legacy::Error>((status, collected.is_ok()))

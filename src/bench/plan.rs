@@ -45,7 +45,7 @@ pub struct Plan {
 pub enum PlanError {
     #[error("give at least one --target [NAME=]URL")]
     NoTarget,
-    #[error("--target `{0}`: expected [NAME=]http://HOST:PORT")]
+    #[error("--target `{0}`: expected [NAME=]http://HOST:PORT[,http://HOST:PORT...]")]
     BadTarget(String),
     #[error("--target: the name `{0}` is used twice")]
     DuplicateTarget(String),
@@ -78,23 +78,34 @@ fn positive(flag: &'static str, value: f64) -> Result<f64, PlanError> {
     }
 }
 
-/// Parses `[NAME=]URL`; a missing name becomes the URL's host:port.
+/// Parses `[NAME=]URL[,URL...]`; a missing name becomes the first URL's host:port. Several
+/// URLs make one target that the bench spreads over itself, round robin by request index.
 pub fn parse_target(text: &str) -> Result<Target, PlanError> {
-    let (name, url) = match text.split_once('=') {
-        Some((name, url)) if !name.contains("://") => (Some(name.trim()), url.trim()),
+    let bad = || PlanError::BadTarget(text.to_string());
+    let (name, urls) = match text.split_once('=') {
+        Some((name, urls)) if !name.contains("://") => (Some(name.trim()), urls.trim()),
         _ => (None, text.trim()),
     };
-    let authority = url
-        .strip_prefix("http://")
-        .map(|rest| rest.split('/').next().unwrap_or(""))
-        .filter(|authority| !authority.is_empty())
-        .ok_or_else(|| PlanError::BadTarget(text.to_string()))?;
-    if url.parse::<http::Uri>().is_err() || name.is_some_and(str::is_empty) {
-        return Err(PlanError::BadTarget(text.to_string()));
+    if name.is_some_and(str::is_empty) {
+        return Err(bad());
+    }
+    let mut authorities = Vec::new();
+    let mut cleaned = Vec::new();
+    for url in urls.split(',').map(str::trim) {
+        let authority = url
+            .strip_prefix("http://")
+            .map(|rest| rest.split('/').next().unwrap_or(""))
+            .filter(|authority| !authority.is_empty())
+            .ok_or_else(bad)?;
+        if url.parse::<http::Uri>().is_err() {
+            return Err(bad());
+        }
+        authorities.push(authority.to_string());
+        cleaned.push(url.trim_end_matches('/'));
     }
     Ok(Target {
-        name: name.map_or_else(|| authority.to_string(), str::to_string),
-        url: url.trim_end_matches('/').to_string(),
+        name: name.map_or_else(|| authorities[0].clone(), str::to_string),
+        url: cleaned.join(","),
     })
 }
 

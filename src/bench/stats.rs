@@ -80,6 +80,9 @@ pub struct Summary {
     pub completion_tokens_per_s: f64,
     /// Successful requests per second that met every SLO (none when no SLO was given).
     pub goodput_rps: Option<f64>,
+    /// Fewest and most choice chunks a successful stream carried.
+    pub chunks_min: u64,
+    pub chunks_max: u64,
 }
 
 /// A histogram wide enough for an hour in microseconds.
@@ -123,6 +126,12 @@ pub fn summarise(records: &[RequestRecord], elapsed: Duration, slo: &Slo) -> Sum
             *summary.failures_by_kind.entry(record.outcome.label()).or_default() += 1;
             continue;
         }
+        summary.chunks_min = if summary.successes == 0 {
+            record.chunks
+        } else {
+            summary.chunks_min.min(record.chunks)
+        };
+        summary.chunks_max = summary.chunks_max.max(record.chunks);
         summary.successes += 1;
         prompt_tokens += record.prompt_tokens;
         completion_tokens += record.output_tokens;

@@ -35,6 +35,8 @@ pub struct StreamFigures {
     pub itl: Vec<Duration>,
     pub output_tokens: u64,
     pub prompt_tokens: Option<u64>,
+    /// Events that carried choices (the role chunk included).
+    pub chunks: u64,
 }
 
 impl StreamTimer {
@@ -104,6 +106,7 @@ impl StreamTimer {
             itl: self.itl,
             output_tokens: self.usage_completion_tokens.unwrap_or(self.choice_events),
             prompt_tokens: self.usage_prompt_tokens,
+            chunks: self.choice_events,
         }
     }
 }
