@@ -1,10 +1,111 @@
-//! Placeholder for `laneway sim`; the module that owns it replaces this file.
+//! `laneway sim`: a vLLM-like replica simulator for demos, tests and benchmarks.
+//!
+//! It serves vLLM's OpenAI endpoints (streaming and not), `/health`, `/version`, `/load`,
+//! `/get_load` (SGLang's shape) and `/metrics` (vLLM's names), and models time with a
+//! continuous-batching engine ([`engine`]) behind API-server processes that pin keep-alive
+//! connections ([`api_workers`]). Timing parameters are data ([`profile`], `config/profiles/`).
+//! Faults ([`Fault`]) break and heal a replica at runtime. See `docs/sim.md`.
+//!
+//! Start one in-process with [`spawn`]; the CLI ([`run`]) is a thin shell over it.
 
-/// Command-line arguments.
-#[derive(Debug, Default, clap::Args)]
-pub struct SimArgs {}
+pub mod admin;
+pub mod api_workers;
+pub mod body;
+pub mod chunks;
+pub mod clock;
+pub mod config;
+pub mod engine;
+pub mod fault;
+pub mod inference;
+pub mod metrics;
+pub mod profile;
+pub mod routes;
+pub mod server;
+pub mod state;
+pub mod stats;
+pub mod stream;
 
-/// Runs the subcommand.
-pub async fn run(_args: SimArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not built yet")
+use std::io::Write;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+pub use config::{SimConfig, SimError};
+pub use fault::Fault;
+pub use profile::Profile;
+pub use server::{SimHandle, spawn};
+pub use stats::SimStats;
+
+/// Command-line arguments of `laneway sim`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SimArgs {
+    /// Port to listen on (0 picks a free one; the first stdout line says which).
+    #[arg(long)]
+    pub port: u16,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: IpAddr,
+    /// Replica name, sent back in `x-sim-replica` (default: `sim-PORT`).
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Built-in profile: tiny, h20-tp4 or h20-tp8.
+    #[arg(long, default_value = "h20-tp8", conflicts_with = "config")]
+    pub profile: String,
+    /// A profile TOML file (see config/profiles/).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// API-server processes sharing the listening socket (vLLM's --api-server-count).
+    #[arg(long, default_value_t = 1)]
+    pub api_workers: usize,
+    /// Run the simulated clock this many times faster than the wall clock.
+    #[arg(long, default_value_t = 1.0)]
+    pub speed: f64,
+    /// Seed for every random choice.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+impl SimArgs {
+    /// The validated configuration these arguments describe.
+    pub fn to_config(&self) -> Result<SimConfig, SimError> {
+        let profile = match &self.config {
+            Some(path) => Profile::from_file(path)?,
+            None => Profile::built_in(&self.profile)?,
+        };
+        let config = SimConfig {
+            id: self.id.clone().unwrap_or_else(|| format!("sim-{}", self.port)),
+            host: self.host,
+            port: self.port,
+            profile,
+            api_workers: self.api_workers,
+            speed: self.speed,
+            seed: self.seed,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+/// Runs `laneway sim`: prints `listening on http://HOST:PORT` as the first stdout line, then
+/// serves until Ctrl-C (clean exit) or the `exit` fault (exit status 1, as a crash).
+pub async fn run(args: SimArgs) -> anyhow::Result<()> {
+    let mut config = args.to_config()?;
+    if args.id.is_none() && args.port == 0 {
+        config.id = "sim".into();
+    }
+    let handle = spawn(config).await?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "listening on http://{}", handle.addr())?;
+    stdout.flush()?;
+    drop(stdout);
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {
+            tracing::info!("interrupted, shutting down");
+            handle.shutdown().await;
+            Ok(())
+        }
+        _ = handle.exited() => {
+            tracing::warn!("exit fault: the replica process stops as a crash");
+            std::process::exit(1);
+        }
+    }
 }

@@ -1,0 +1,251 @@
+//! The shared engine: one task per replica running vLLM's continuous-batching step loop.
+//!
+//! # Scheduling (per step)
+//! 1. Waiting requests are admitted in FIFO order while fewer than `max_num_seqs` run and
+//!    the KV cache can reserve `prompt + max_tokens` tokens for them (reserved in full at
+//!    admission, released at the end: no preemption). The head of the queue blocks the rest.
+//! 2. The step's token budget is `max_num_batched_tokens`: every decoding sequence takes one
+//!    token, the rest goes to prefill chunks of the running sequences in admission order
+//!    (chunked prefill). A sequence samples its first token at the end of the step that
+//!    finishes its prompt, and one more token per step after that.
+//!
+//! # Step time (simulated)
+//! ```text
+//! step = slow_factor * ( step_base
+//!          + prefill_us_per_token * prefill_tokens
+//!          + attention_ns_per_token_pair / 1000 * sum over chunks of c * (p + c / 2)
+//!          + decode_us_per_seq * decoding_seqs )
+//! ```
+//! where a chunk of `c` tokens starts at prompt position `p`. Steps follow each other in
+//! simulated time; the engine sleeps until each step's end on the scaled wall clock, and
+//! waits on its inbox (no CPU) when nothing runs. A step never starts before the requests
+//! it schedules arrived.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::{mpsc, watch};
+
+use super::clock::{SimClock, SimTime};
+use super::fault::Fault;
+use super::metrics::SimMetrics;
+use super::profile::EngineProfile;
+
+/// A request handed to the engine by an API worker.
+#[derive(Debug)]
+pub struct EngineRequest {
+    pub prompt_tokens: u64,
+    pub max_tokens: u64,
+    /// When the API worker finished preprocessing it.
+    pub ready_at: SimTime,
+    /// Where its tokens go. Bounded at `max_tokens + 1`, so the engine never waits on it.
+    pub tokens: mpsc::Sender<TokenBatch>,
+}
+
+/// Tokens produced for one request in one step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenBatch {
+    pub count: u64,
+    /// The end of the step that produced them.
+    pub at: SimTime,
+    /// The request has all its tokens.
+    pub finished: bool,
+}
+
+/// Live queue figures, shared with `/load`, `/get_load` and the stats.
+#[derive(Debug, Default)]
+pub struct EngineLoad {
+    pub running: AtomicU64,
+    pub waiting: AtomicU64,
+    pub kv_reserved_tokens: AtomicU64,
+    pub waiting_prompt_tokens: AtomicU64,
+}
+
+struct Sequence {
+    prompt_tokens: u64,
+    max_tokens: u64,
+    prefilled: u64,
+    generated: u64,
+    tokens: mpsc::Sender<TokenBatch>,
+}
+
+impl Sequence {
+    fn kv_tokens(&self) -> u64 {
+        self.prompt_tokens + self.max_tokens
+    }
+
+    fn is_decoding(&self) -> bool {
+        self.prefilled == self.prompt_tokens
+    }
+}
+
+/// The engine's inputs and shared outputs.
+pub struct Engine {
+    pub profile: EngineProfile,
+    pub clock: SimClock,
+    pub inbox: mpsc::UnboundedReceiver<EngineRequest>,
+    pub faults: watch::Receiver<Fault>,
+    pub metrics: Arc<SimMetrics>,
+    pub load: Arc<EngineLoad>,
+    pub stop: watch::Receiver<bool>,
+}
+
+impl Engine {
+    /// Runs the step loop until `stop` turns true or every request sender is gone.
+    pub async fn run(mut self) {
+        let mut waiting: VecDeque<Sequence> = VecDeque::new();
+        let mut running: Vec<Sequence> = Vec::new();
+        let mut kv_reserved: u64 = 0;
+        let mut step_start = SimTime(0);
+        loop {
+            if running.is_empty() && waiting.is_empty() {
+                let mut stop = self.stop.clone();
+                tokio::select! {
+                    request = self.inbox.recv() => match request {
+                        Some(request) => step_start = enqueue(&mut waiting, request, step_start),
+                        None => return,
+                    },
+                    _ = stop.wait_for(|stopped| *stopped) => return,
+                }
+            }
+            while let Ok(request) = self.inbox.try_recv() {
+                step_start = enqueue(&mut waiting, request, step_start);
+            }
+            self.admit(&mut waiting, &mut running, &mut kv_reserved);
+            if running.is_empty() {
+                // Only a request larger than the whole KV cache gets here (the API rejects
+                // those); drop it so its stream ends instead of blocking the queue forever.
+                waiting.pop_front();
+                continue;
+            }
+            let plan = self.plan_step(&running);
+            let factor = self.faults.borrow().step_factor();
+            let step_end = step_start.plus_us(plan.cost_us * factor);
+            let mut stop = self.stop.clone();
+            tokio::select! {
+                _ = self.clock.sleep_until(step_end) => {}
+                _ = stop.wait_for(|stopped| *stopped) => return,
+            }
+            kv_reserved -= self.finish_step(&mut running, &plan, step_end);
+            step_start = step_end;
+            self.publish_load(&waiting, running.len(), kv_reserved);
+        }
+    }
+
+    fn admit(
+        &self,
+        waiting: &mut VecDeque<Sequence>,
+        running: &mut Vec<Sequence>,
+        kv_reserved: &mut u64,
+    ) {
+        while let Some(head) = waiting.front() {
+            let fits = *kv_reserved + head.kv_tokens() <= self.profile.kv_cache_tokens;
+            if running.len() as u64 >= self.profile.max_num_seqs || !fits {
+                break;
+            }
+            let sequence = waiting.pop_front().expect("front exists");
+            *kv_reserved += sequence.kv_tokens();
+            running.push(sequence);
+        }
+        self.publish_load(waiting, running.len(), *kv_reserved);
+    }
+
+    /// Decides what each running sequence does this step and what the step costs.
+    fn plan_step(&self, running: &[Sequence]) -> StepPlan {
+        let profile = &self.profile;
+        let decoding = running.iter().filter(|s| s.is_decoding()).count() as u64;
+        let mut budget = profile.max_num_batched_tokens.saturating_sub(decoding);
+        let mut chunks = vec![0; running.len()];
+        let mut prefill_tokens = 0;
+        let mut attention_pairs = 0.0;
+        for (chunk, sequence) in chunks.iter_mut().zip(running) {
+            if sequence.is_decoding() || budget == 0 {
+                continue;
+            }
+            let size = (sequence.prompt_tokens - sequence.prefilled).min(budget);
+            budget -= size;
+            *chunk = size;
+            prefill_tokens += size;
+            attention_pairs += size as f64 * (sequence.prefilled as f64 + size as f64 / 2.0);
+        }
+        let cost_us = profile.step_base_us
+            + profile.prefill_us_per_token * prefill_tokens as f64
+            + profile.attention_ns_per_token_pair / 1000.0 * attention_pairs
+            + profile.decode_us_per_seq * decoding as f64;
+        StepPlan { chunks, cost_us }
+    }
+
+    /// Applies a finished step: advances prefills, hands out tokens, retires finished and
+    /// abandoned sequences. Returns the KV tokens released.
+    fn finish_step(&self, running: &mut Vec<Sequence>, plan: &StepPlan, at: SimTime) -> u64 {
+        let mut released = 0;
+        let mut generated_total = 0;
+        let mut prefilled_total = 0;
+        let mut index = 0;
+        running.retain_mut(|sequence| {
+            let chunk = plan.chunks[index];
+            index += 1;
+            if sequence.tokens.is_closed() {
+                // The client went away: vLLM aborts the request and frees its blocks.
+                released += sequence.kv_tokens();
+                return false;
+            }
+            sequence.prefilled += chunk;
+            prefilled_total += chunk;
+            if !sequence.is_decoding() {
+                return true;
+            }
+            sequence.generated += 1;
+            generated_total += 1;
+            let finished = sequence.generated >= sequence.max_tokens;
+            let batch = TokenBatch { count: 1, at, finished };
+            // The channel holds max_tokens + 1 batches, so only a gone receiver fails here.
+            let delivered = sequence.tokens.try_send(batch).is_ok();
+            let keep = delivered && !finished;
+            if !keep {
+                released += sequence.kv_tokens();
+            }
+            keep
+        });
+        self.metrics.prompt_tokens.inc_by(prefilled_total);
+        self.metrics.generation_tokens.inc_by(generated_total);
+        released
+    }
+
+    fn publish_load(&self, waiting: &VecDeque<Sequence>, running: usize, kv_reserved: u64) {
+        let load = &self.load;
+        load.running.store(running as u64, Ordering::Relaxed);
+        load.waiting.store(waiting.len() as u64, Ordering::Relaxed);
+        load.kv_reserved_tokens.store(kv_reserved, Ordering::Relaxed);
+        let waiting_tokens = waiting.iter().map(|s| s.prompt_tokens).sum();
+        load.waiting_prompt_tokens.store(waiting_tokens, Ordering::Relaxed);
+        let usage = kv_reserved as f64 / self.profile.kv_cache_tokens as f64;
+        self.metrics.num_requests_running.set(running as f64);
+        self.metrics.num_requests_waiting.set(waiting.len() as f64);
+        self.metrics.kv_cache_usage_perc.set(usage);
+        self.metrics.gpu_cache_usage_perc.set(usage);
+    }
+}
+
+struct StepPlan {
+    /// Prefill tokens per running sequence (0 for decoding ones).
+    chunks: Vec<u64>,
+    cost_us: f64,
+}
+
+/// Queues a request; the next step cannot start before it arrived.
+fn enqueue(
+    waiting: &mut VecDeque<Sequence>,
+    request: EngineRequest,
+    step_start: SimTime,
+) -> SimTime {
+    waiting.push_back(Sequence {
+        prompt_tokens: request.prompt_tokens.max(1),
+        max_tokens: request.max_tokens.max(1),
+        prefilled: 0,
+        generated: 0,
+        tokens: request.tokens,
+    });
+    step_start.max(request.ready_at)
+}

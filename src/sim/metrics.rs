@@ -1,0 +1,129 @@
+//! The replica's Prometheus metrics, with vLLM's names, labels and bucket bounds, in a
+//! registry of its own so that several simulated replicas can live in one process.
+
+use prometheus::{
+    Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts, Registry,
+    TextEncoder,
+};
+
+const TTFT_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+];
+const INTER_TOKEN_BUCKETS: &[f64] = &[
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0,
+];
+const E2E_BUCKETS: &[f64] = &[
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+    480.0, 960.0, 1920.0, 7680.0,
+];
+
+/// Every metric one replica exports. Latencies are observed in simulated seconds.
+#[derive(Debug)]
+pub struct SimMetrics {
+    registry: Registry,
+    pub num_requests_running: Gauge,
+    pub num_requests_waiting: Gauge,
+    pub kv_cache_usage_perc: Gauge,
+    /// The older name of `kv_cache_usage_perc`, still scraped by some routers.
+    pub gpu_cache_usage_perc: Gauge,
+    pub prompt_tokens: IntCounter,
+    pub generation_tokens: IntCounter,
+    pub request_success: IntCounterVec,
+    pub time_to_first_token: Histogram,
+    pub inter_token_latency: Histogram,
+    pub request_time_per_output_token: Histogram,
+    pub e2e_request_latency: Histogram,
+}
+
+impl SimMetrics {
+    pub fn new(model_name: &str) -> Result<Self, prometheus::Error> {
+        let registry = Registry::new();
+        let opts = |name: &str, help: &str| {
+            Opts::new(name, help).const_label("model_name", model_name).const_label("engine", "0")
+        };
+        let histogram = |name: &str, help: &str, buckets: &[f64]| {
+            Histogram::with_opts(HistogramOpts::from(opts(name, help)).buckets(buckets.to_vec()))
+        };
+        let metrics = Self {
+            num_requests_running: Gauge::with_opts(opts(
+                "vllm:num_requests_running",
+                "Number of requests in model execution batches.",
+            ))?,
+            num_requests_waiting: Gauge::with_opts(opts(
+                "vllm:num_requests_waiting",
+                "Number of requests waiting to be processed.",
+            ))?,
+            kv_cache_usage_perc: Gauge::with_opts(opts(
+                "vllm:kv_cache_usage_perc",
+                "KV-cache usage. 1 means 100 percent usage.",
+            ))?,
+            gpu_cache_usage_perc: Gauge::with_opts(opts(
+                "vllm:gpu_cache_usage_perc",
+                "GPU KV-cache usage. 1 means 100 percent usage.",
+            ))?,
+            prompt_tokens: IntCounter::with_opts(opts(
+                "vllm:prompt_tokens_total",
+                "Number of prefill tokens processed.",
+            ))?,
+            generation_tokens: IntCounter::with_opts(opts(
+                "vllm:generation_tokens_total",
+                "Number of generation tokens processed.",
+            ))?,
+            request_success: IntCounterVec::new(
+                opts("vllm:request_success_total", "Count of successfully processed requests."),
+                &["finished_reason"],
+            )?,
+            time_to_first_token: histogram(
+                "vllm:time_to_first_token_seconds",
+                "Histogram of time to first token in seconds.",
+                TTFT_BUCKETS,
+            )?,
+            inter_token_latency: histogram(
+                "vllm:inter_token_latency_seconds",
+                "Histogram of inter-token latency in seconds.",
+                INTER_TOKEN_BUCKETS,
+            )?,
+            request_time_per_output_token: histogram(
+                "vllm:request_time_per_output_token_seconds",
+                "Histogram of time_per_output_token_seconds per request.",
+                INTER_TOKEN_BUCKETS,
+            )?,
+            e2e_request_latency: histogram(
+                "vllm:e2e_request_latency_seconds",
+                "Histogram of e2e request latency in seconds.",
+                E2E_BUCKETS,
+            )?,
+            registry,
+        };
+        metrics.register_all()?;
+        Ok(metrics)
+    }
+
+    fn register_all(&self) -> Result<(), prometheus::Error> {
+        let registry = &self.registry;
+        registry.register(Box::new(self.num_requests_running.clone()))?;
+        registry.register(Box::new(self.num_requests_waiting.clone()))?;
+        registry.register(Box::new(self.kv_cache_usage_perc.clone()))?;
+        registry.register(Box::new(self.gpu_cache_usage_perc.clone()))?;
+        registry.register(Box::new(self.prompt_tokens.clone()))?;
+        registry.register(Box::new(self.generation_tokens.clone()))?;
+        registry.register(Box::new(self.request_success.clone()))?;
+        registry.register(Box::new(self.time_to_first_token.clone()))?;
+        registry.register(Box::new(self.inter_token_latency.clone()))?;
+        registry.register(Box::new(self.request_time_per_output_token.clone()))?;
+        registry.register(Box::new(self.e2e_request_latency.clone()))?;
+        Ok(())
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut buffer = Vec::new();
+        let encoder = TextEncoder::new();
+        if let Err(error) = encoder.encode(&self.registry.gather(), &mut buffer) {
+            tracing::warn!(%error, "cannot encode metrics");
+        }
+        String::from_utf8(buffer).unwrap_or_default()
+    }
+}

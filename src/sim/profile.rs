@@ -1,0 +1,178 @@
+//! Replica profiles: the timing and capacity parameters of a simulated replica, read from
+//! TOML data files (`config/profiles/*.toml`, built in by name, or any file via `--config`)
+//! and validated once.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::config::SimError;
+
+/// The profiles compiled into the binary, by name.
+const BUILT_IN: &[(&str, &str)] = &[
+    ("tiny", include_str!("../../config/profiles/tiny.toml")),
+    ("h20-tp4", include_str!("../../config/profiles/h20-tp4.toml")),
+    ("h20-tp8", include_str!("../../config/profiles/h20-tp8.toml")),
+];
+
+/// Everything that decides how a simulated replica behaves in time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    pub name: String,
+    /// The model id the replica serves (`/v1/models`, metric label `model_name`).
+    pub served_model_name: String,
+    /// Longest prompt plus completion, in tokens.
+    pub max_model_len: u64,
+    pub engine: EngineProfile,
+    pub api: ApiProfile,
+}
+
+/// The shared engine: continuous batching with chunked prefill.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineProfile {
+    /// At most this many sequences run (prefilling or decoding) at once.
+    pub max_num_seqs: u64,
+    /// Token budget of one step: one per decoding sequence, the rest for prefill chunks.
+    pub max_num_batched_tokens: u64,
+    /// KV cache capacity in tokens; a request reserves prompt + max_tokens when admitted.
+    pub kv_cache_tokens: u64,
+    /// Fixed cost of every step.
+    pub step_base_us: f64,
+    /// Prefill cost per prompt token.
+    pub prefill_us_per_token: f64,
+    /// Extra prefill cost per (new token, earlier context token) pair: attention's quadratic part.
+    pub attention_ns_per_token_pair: f64,
+    /// Cost per decoding sequence in a step.
+    pub decode_us_per_seq: f64,
+}
+
+/// One API-server process (vLLM's `--api-server-count`): a serial CPU resource.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiProfile {
+    /// Fixed preprocessing per inference request, before it reaches the engine.
+    pub request_overhead_us: f64,
+    /// Tokenizing cost per prompt token, before the request reaches the engine.
+    pub tokenize_us_per_token: f64,
+    /// Cost of every SSE event a stream sends.
+    pub per_chunk_us: f64,
+    /// Cost of building a non-streaming response body.
+    pub response_us: f64,
+}
+
+impl Profile {
+    /// A built-in profile by name.
+    pub fn built_in(name: &str) -> Result<Profile, SimError> {
+        let (_, text) = BUILT_IN.iter().find(|(known, _)| *known == name).ok_or_else(|| {
+            SimError::UnknownProfile {
+                name: name.to_string(),
+                known: Self::built_in_names().join(", "),
+            }
+        })?;
+        Self::from_toml(text, &format!("built-in profile {name}"))
+    }
+
+    /// Names of the built-in profiles.
+    pub fn built_in_names() -> Vec<&'static str> {
+        BUILT_IN.iter().map(|(name, _)| *name).collect()
+    }
+
+    /// A profile from a TOML file.
+    pub fn from_file(path: &Path) -> Result<Profile, SimError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| SimError::ProfileRead { path: path.display().to_string(), source })?;
+        Self::from_toml(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates profile text; `origin` names it in errors.
+    pub fn from_toml(text: &str, origin: &str) -> Result<Profile, SimError> {
+        let profile: Profile = toml::from_str(text).map_err(|error| SimError::ProfileParse {
+            origin: origin.to_string(),
+            message: error.to_string(),
+        })?;
+        profile.validate()?;
+        Ok(profile)
+    }
+
+    /// Checks every field, reporting the first bad one with its path.
+    pub fn validate(&self) -> Result<(), SimError> {
+        let engine = &self.engine;
+        let api = &self.api;
+        let positive = [
+            ("max_model_len", self.max_model_len),
+            ("engine.max_num_seqs", engine.max_num_seqs),
+            ("engine.max_num_batched_tokens", engine.max_num_batched_tokens),
+            ("engine.kv_cache_tokens", engine.kv_cache_tokens),
+        ];
+        for (field, value) in positive {
+            if value == 0 {
+                return Err(invalid(field, value, "must be at least 1"));
+            }
+        }
+        if engine.kv_cache_tokens < self.max_model_len {
+            return Err(invalid(
+                "engine.kv_cache_tokens",
+                engine.kv_cache_tokens,
+                "must hold at least one max_model_len request",
+            ));
+        }
+        let costs = [
+            ("engine.step_base_us", engine.step_base_us),
+            ("engine.prefill_us_per_token", engine.prefill_us_per_token),
+            ("engine.attention_ns_per_token_pair", engine.attention_ns_per_token_pair),
+            ("engine.decode_us_per_seq", engine.decode_us_per_seq),
+            ("api.request_overhead_us", api.request_overhead_us),
+            ("api.tokenize_us_per_token", api.tokenize_us_per_token),
+            ("api.per_chunk_us", api.per_chunk_us),
+            ("api.response_us", api.response_us),
+        ];
+        for (field, value) in costs {
+            if !value.is_finite() || value < 0.0 {
+                return Err(invalid(field, value, "must be a finite number >= 0"));
+            }
+        }
+        if engine.step_base_us <= 0.0 {
+            return Err(invalid(
+                "engine.step_base_us",
+                engine.step_base_us,
+                "must be > 0 (a step always takes time)",
+            ));
+        }
+        if self.served_model_name.is_empty() {
+            return Err(invalid("served_model_name", "\"\"", "must not be empty"));
+        }
+        Ok(())
+    }
+}
+
+fn invalid(field: &'static str, value: impl std::fmt::Display, reason: &str) -> SimError {
+    SimError::InvalidProfile { field, value: value.to_string(), reason: reason.to_string() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_built_in_profile_loads() {
+        for name in Profile::built_in_names() {
+            let profile = Profile::built_in(name).unwrap();
+            assert_eq!(profile.name, name);
+        }
+        assert!(matches!(Profile::built_in("nope"), Err(SimError::UnknownProfile { .. })));
+    }
+
+    #[test]
+    fn unknown_fields_and_bad_values_are_rejected() {
+        let text = include_str!("../../config/profiles/tiny.toml");
+        let extra = format!("{text}\nsurprise = 1\n");
+        assert!(matches!(Profile::from_toml(&extra, "test"), Err(SimError::ProfileParse { .. })));
+        let zero = text.replace("max_num_seqs = 256", "max_num_seqs = 0");
+        assert!(matches!(
+            Profile::from_toml(&zero, "test"),
+            Err(SimError::InvalidProfile { field: "engine.max_num_seqs", .. })
+        ));
+    }
+}

@@ -1,0 +1,42 @@
+//! What every connection of one simulated replica shares.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tokio::sync::mpsc;
+
+use super::api_workers::ApiWorkers;
+use super::clock::SimClock;
+use super::config::SimConfig;
+use super::engine::{EngineLoad, EngineRequest};
+use super::fault::FaultSwitch;
+use super::metrics::SimMetrics;
+use super::stats::{RequestCounters, SimStats};
+
+/// One replica's shared state (no globals: several replicas live in one process).
+#[derive(Debug)]
+pub struct SimState {
+    pub config: SimConfig,
+    pub clock: SimClock,
+    pub workers: Arc<ApiWorkers>,
+    pub engine_inbox: mpsc::UnboundedSender<EngineRequest>,
+    pub engine_load: Arc<EngineLoad>,
+    pub metrics: Arc<SimMetrics>,
+    pub faults: FaultSwitch,
+    pub counters: Arc<RequestCounters>,
+    /// Unix seconds at start: the `created` field of responses.
+    pub created_unix: u64,
+}
+
+impl SimState {
+    pub fn stats(&self) -> SimStats {
+        SimStats {
+            connections_accepted: self.counters.connections_accepted.load(Ordering::Relaxed),
+            requests_total: self.counters.requests_total.load(Ordering::Relaxed),
+            requests_per_worker: self.workers.requests_per_worker(),
+            connections_per_worker: self.workers.connections_per_worker(),
+            running: self.engine_load.running.load(Ordering::Relaxed),
+            waiting: self.engine_load.waiting.load(Ordering::Relaxed),
+        }
+    }
+}
