@@ -14,7 +14,7 @@ struct Cli {
     args: BenchArgs,
 }
 
-fn plan(line: &str) -> Result<Plan, PlanError> {
+fn plan_of(line: &str) -> Result<Plan, PlanError> {
     let cli = Cli::try_parse_from(std::iter::once("bench").chain(line.split_whitespace())).unwrap();
     Plan::from_args(&cli.args)
 }
@@ -34,34 +34,40 @@ fn targets_take_an_optional_name() {
 
 #[test]
 fn a_business_case_runs_closed_loop_in_rounds_across_targets() {
-    let plan = plan(
-        "--target a=http://127.0.0.1:1 b=http://127.0.0.1:2 --workload 1000/300/c6 --requests 20",
+    let plan = plan_of(
+        "--target a=http://127.0.0.1:1 b=http://127.0.0.1:2 --workload 1000/300/c2 --requests 20",
     )
     .unwrap();
-    assert_eq!(plan.arrivals, Arrivals::Closed { concurrency: 6 });
+    assert_eq!(plan.arrivals, Arrivals::Closed { concurrency: 2 });
     assert_eq!(plan.rounds.len(), 3);
     assert_eq!(plan.planned_requests(), Some(20));
     let firsts: Vec<u64> = plan.rounds.iter().map(|(first, _)| *first).collect();
     assert_eq!(firsts, vec![0, 7, 14]);
+    let few =
+        plan_of("--target a=http://h:1 b=http://h:2 --workload 1000/300/c6 --requests 12").unwrap();
+    assert_eq!(few.rounds.len(), 1, "rounds of 4 would never reach 6 in flight");
+    let many =
+        plan_of("--target a=http://h:1 b=http://h:2 --workload 1000/300/c6 --requests 30").unwrap();
+    assert_eq!(many.rounds.len(), 2);
 }
 
 #[test]
 fn a_rate_makes_an_open_loop_capped_by_the_spec_concurrency() {
-    let plan = plan("--target http://127.0.0.1:1 --workload 1000/300/c6 --rate 2.5").unwrap();
+    let plan = plan_of("--target http://127.0.0.1:1 --workload 1000/300/c6 --rate 2.5").unwrap();
     assert_eq!(plan.arrivals, Arrivals::Open { rate: 2.5, max_concurrency: Some(6) });
     assert_eq!(plan.planned_requests(), Some(75));
 }
 
 #[test]
 fn tiny_without_rate_is_the_saturation_mode() {
-    let plan = plan("--target http://127.0.0.1:1 --workload tiny --max-concurrency 8").unwrap();
+    let plan = plan_of("--target http://127.0.0.1:1 --workload tiny --max-concurrency 8").unwrap();
     assert_eq!(plan.arrivals, Arrivals::Closed { concurrency: 8 });
     assert_eq!(plan.rounds, vec![(0, Budget::Duration(Duration::from_secs(10)))]);
 }
 
 #[test]
 fn bad_flags_are_refused_with_clear_errors() {
-    let refused = |line: &str| plan(line).expect_err(line).to_string();
+    let refused = |line: &str| plan_of(line).expect_err(line).to_string();
     assert!(refused("--target http://h:1 --workload 1000/300").contains("--rate R"));
     assert!(refused("--target http://h:1 --workload 1000/300/c2 --rate 0").contains("--rate"));
     assert!(

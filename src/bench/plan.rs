@@ -191,11 +191,7 @@ impl Plan {
                 return Err(PlanError::TooManyRequests(count));
             }
         }
-        let rounds = args.rounds.unwrap_or(if targets.len() > 1 {
-            DEFAULT_ROUNDS_SEVERAL_TARGETS
-        } else {
-            1
-        });
+        let rounds = args.rounds.unwrap_or_else(|| default_rounds(targets.len(), arrivals, total));
         let headers = args
             .request
             .header
@@ -242,6 +238,22 @@ fn default_budget(workload: &Workload, arrivals: Arrivals, spec_requests: Option
         (_, Arrivals::Open { rate, .. }) => {
             Budget::Requests(((rate * 30.0).ceil() as u64).clamp(1, MAX_REQUESTS))
         }
+    }
+}
+
+/// One round for one target; for several, up to three, but never so many that a
+/// closed-loop round has fewer than two requests per client, or it would never reach its
+/// concurrency.
+fn default_rounds(targets: usize, arrivals: Arrivals, total: Budget) -> u32 {
+    if targets < 2 {
+        return 1;
+    }
+    match (arrivals, total) {
+        (Arrivals::Closed { concurrency }, Budget::Requests(count)) => {
+            (count / (2 * concurrency as u64)).clamp(1, u64::from(DEFAULT_ROUNDS_SEVERAL_TARGETS))
+                as u32
+        }
+        _ => DEFAULT_ROUNDS_SEVERAL_TARGETS,
     }
 }
 
