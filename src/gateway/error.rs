@@ -34,6 +34,9 @@ pub enum GatewayError {
     /// Downstream: the client's body could not be read.
     #[error("reading the request body failed: {0}")]
     ClientBody(#[source] BoxError),
+    /// Downstream: no valid API key.
+    #[error("{0}")]
+    Unauthorized(#[from] crate::gateway::auth::AuthError),
     /// Internal: the replica set is empty.
     #[error("no replica is configured")]
     NoReplica,
@@ -67,6 +70,7 @@ impl GatewayError {
             Self::MethodNotAllowed { .. } => "method_not_allowed",
             Self::ClientBody(_) => "client_body",
             Self::NoReplica => "no_replica",
+            Self::Unauthorized(_) => "unauthorized",
             Self::UpstreamConnect { .. } => "upstream_connect",
             Self::UpstreamReset { .. } => "upstream_reset",
             Self::UpstreamTimeout { .. } => "upstream_timeout",
@@ -89,6 +93,7 @@ impl GatewayError {
             Self::PayloadTooLarge { .. } => ErrorKind::PayloadTooLarge,
             Self::MethodNotAllowed { .. } => ErrorKind::MethodNotAllowed,
             Self::NoReplica => ErrorKind::Unavailable,
+            Self::Unauthorized(_) => ErrorKind::Unauthorized,
             Self::UpstreamConnect { .. } | Self::UpstreamReset { .. } => ErrorKind::BadGateway,
             Self::UpstreamTimeout { .. } => ErrorKind::GatewayTimeout,
         }
@@ -103,6 +108,10 @@ impl GatewayError {
             response
                 .headers_mut()
                 .insert(http::header::ALLOW, http::HeaderValue::from_static("POST"));
+        }
+        if let Self::Unauthorized(_) = self {
+            let challenge = http::HeaderValue::from_static("Bearer");
+            response.headers_mut().insert(http::header::WWW_AUTHENTICATE, challenge);
         }
         response
     }

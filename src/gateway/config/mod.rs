@@ -9,7 +9,10 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::gateway::auth::ApiKeys;
+use crate::gateway::discovery::DiscoveryConfig;
 use crate::gateway::entry::{Entry, Strategy};
+use crate::gateway::tls::TlsConfig;
 
 pub use validate::{ConfigError, ConfigIssue};
 
@@ -70,6 +73,12 @@ pub struct GatewayConfig {
     pub long: EntryConfig,
     pub debug: EntryConfig,
     pub replicas: Vec<ReplicaConfig>,
+    /// TLS on the inference listeners (`[tls]`), off when `None`.
+    pub tls: Option<TlsConfig>,
+    /// API keys required on the inference listeners (`[auth]`), none when `None`.
+    pub auth: Option<ApiKeys>,
+    /// Replica sources beyond `[[replicas]]` (`[discovery]`).
+    pub discovery: DiscoveryConfig,
 }
 
 /// The configuration used when none is given; replicas are added by the caller.

@@ -21,6 +21,10 @@ pub struct RawConfig {
     pub entries: RawEntries,
     #[serde(default)]
     pub replicas: Vec<RawReplica>,
+    pub tls: Option<crate::gateway::tls::RawTls>,
+    pub auth: Option<crate::gateway::auth::RawAuth>,
+    #[serde(default)]
+    pub discovery: crate::gateway::discovery::RawDiscovery,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use super::raw::{RawConfig, RawEntry, RawReplica};
 use super::{EntryConfig, GatewayConfig, PolicyKind, ReplicaConfig};
+use crate::gateway::auth::ApiKeys;
+use crate::gateway::discovery::DiscoveryConfig;
 use crate::gateway::entry::Strategy;
+use crate::gateway::tls::TlsConfig;
 
 /// One bad field.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,6 +157,18 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
         long: entry("entries.long", &raw.entries.long, Strategy::KeepAlive, issues),
         debug: entry("entries.debug", &raw.entries.debug, Strategy::KeepAlive, issues),
         replicas: replicas(&raw.replicas, issues),
+        tls: raw.tls.as_ref().and_then(|tls| {
+            TlsConfig::from_raw(tls).map_err(|(path, message)| issues.add(path, message)).ok()
+        }),
+        auth: raw.auth.as_ref().and_then(|auth| {
+            ApiKeys::from_raw(auth).map_err(|(path, message)| issues.add(path, message)).ok()
+        }),
+        discovery: DiscoveryConfig::from_raw(&raw.discovery).unwrap_or_else(|found| {
+            for (path, message) in found {
+                issues.add(path, message);
+            }
+            DiscoveryConfig::default()
+        }),
     };
     check_distinct_listeners(&config, issues);
     config

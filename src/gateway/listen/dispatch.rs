@@ -12,14 +12,19 @@ use http::{Method, Request, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Incoming;
 
+use tracing::Instrument;
+
 use super::ListenerRole;
 use super::respond::{ENTRY_HEADER, Proxied, REPLICA_HEADER, respond, tag};
+use crate::gateway::access_log::{self, AccessContext, AccessRecord};
 use crate::gateway::body::{ProxyBody, boxed, full};
 use crate::gateway::classify::{self, Classification, ClassifyMethod};
 use crate::gateway::entry::Entry;
 use crate::gateway::error::GatewayError;
 use crate::gateway::forward::debug::split_debug_path;
+use crate::gateway::observe::DEFAULT_VARIANT;
 use crate::gateway::pick::InFlightGuard;
+use crate::gateway::request_id::{self, REQUEST_ID_HEADER};
 use crate::gateway::state::GatewayState;
 use crate::openai::request::Endpoint;
 
@@ -27,27 +32,87 @@ use crate::openai::request::Endpoint;
 /// the connection (nothing was sent, so a retry cannot run the request twice).
 const MAX_ATTEMPTS: usize = 2;
 
-/// Serves one request; errors become OpenAI-shape responses here and nowhere else.
+/// Serves one request under its request id (accepted or created, sent upstream, returned
+/// on the response, in every log line of the request and in its access line).
 pub async fn dispatch(
+    state: Arc<GatewayState>,
+    role: ListenerRole,
+    mut request: Request<Incoming>,
+) -> Response<ProxyBody> {
+    let id = request_id::accept_or_create(request.headers_mut());
+    let access = AccessContext {
+        request_id: request_id::as_text(&id).to_string(),
+        method: request.method().to_string(),
+        path: request.uri().path().to_string(),
+        status: 0,
+    };
+    let span = tracing::info_span!("request", request_id = %access.request_id);
+    let serve = serve_request(state, role, request).instrument(span);
+    let mut response = access_log::scope(access, serve).await;
+    response.headers_mut().insert(REQUEST_ID_HEADER, id);
+    response
+}
+
+/// Checks the key, then routes; errors become OpenAI-shape responses here and nowhere else.
+async fn serve_request(
     state: Arc<GatewayState>,
     role: ListenerRole,
     request: Request<Incoming>,
 ) -> Response<ProxyBody> {
     let received_at = Instant::now();
     let path = request.uri().path().to_string();
+    if let Err(error) = authenticate(&state, &request) {
+        return error_response(&state, Entry::Short, &path, received_at, error);
+    }
     let (entry, result) = match route(role, &request) {
         Route::Debug => (Entry::Debug, debug(&state, request, received_at).await),
         Route::Inference(endpoint) => inference(&state, role, endpoint, request, received_at).await,
         Route::Other => (Entry::Short, other(&state, request, received_at).await),
     };
-    result.unwrap_or_else(|error| {
-        tracing::warn!(%error, path, entry = entry.as_str(), "request failed");
-        state.metrics.record_error(entry.as_str(), error.kind_label());
-        let strategy = state.connector(entry).strategy();
-        let mut response = error.into_response();
-        tag(response.headers_mut(), entry, strategy, None);
-        response
-    })
+    result.unwrap_or_else(|error| error_response(&state, entry, &path, received_at, error))
+}
+
+/// The gateway's own answer to a failed request: logged, counted, tagged, access-logged.
+fn error_response(
+    state: &GatewayState,
+    entry: Entry,
+    path: &str,
+    received_at: Instant,
+    error: GatewayError,
+) -> Response<ProxyBody> {
+    tracing::warn!(%error, path, entry = entry.as_str(), "request failed");
+    let kind = error.kind_label();
+    state.metrics.record_error(entry.as_str(), kind);
+    let strategy = state.connector(entry).strategy();
+    let mut response = error.into_response();
+    tag(response.headers_mut(), entry, strategy, None);
+    if let Some(access) = access_log::current() {
+        access_log::emit(&AccessRecord {
+            request_id: &access.request_id,
+            method: &access.method,
+            path,
+            entry: entry.as_str(),
+            variant: DEFAULT_VARIANT,
+            replica: "-",
+            status: response.status().as_u16(),
+            ttft: None,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            duration: received_at.elapsed(),
+            outcome: kind,
+        });
+    }
+    response
+}
+
+/// With `[auth]`, every request on an inference listener needs a known key.
+fn authenticate(state: &GatewayState, request: &Request<Incoming>) -> Result<(), GatewayError> {
+    let Some(keys) = &state.config.auth else { return Ok(()) };
+    let label = keys.check(request.headers())?;
+    if keys.count_by_key {
+        state.metrics.requests_by_key.with_label_values(&[label.as_str()]).inc();
+    }
+    Ok(())
 }
 
 enum Route {

@@ -8,6 +8,7 @@ use http::header::{CONTENT_TYPE, HeaderName, HeaderValue};
 use http::{HeaderMap, Response};
 use hyper::body::Incoming;
 
+use crate::gateway::access_log;
 use crate::gateway::body::{ProxyBody, boxed};
 use crate::gateway::entry::{Entry, Strategy};
 use crate::gateway::forward::request::strip_hop_by_hop;
@@ -62,13 +63,17 @@ pub fn respond(
         replica: replica.clone(),
         status_class: status_class(status),
     };
-    let recorder = Recorder::new(
+    let mut recorder = Recorder::new(
         state.metrics.clone(),
         labels,
         kind,
         proxied.received_at,
         proxied.prompt_tokens,
     );
+    if let Some(mut access) = access_log::current() {
+        access.status = status.as_u16();
+        recorder = recorder.with_access(access);
+    }
     let (mut parts, body) = upstream.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     tag(&mut parts.headers, proxied.entry, proxied.strategy, Some(&replica));

@@ -44,6 +44,8 @@ pub struct GatewayMetrics {
     pub completion_tokens: IntCounterVec,
     pub request_errors: IntCounterVec,
     pub classified: IntCounterVec,
+    /// Requests per API key label; only fed when `auth.count_by_key` is on.
+    pub requests_by_key: IntCounterVec,
     pub overhead: HistogramVec,
     replica_in_flight: IntGaugeVec,
     replica_in_flight_prompt_tokens: IntGaugeVec,
@@ -151,6 +153,12 @@ impl GatewayMetrics {
                 "laneway_classified_total",
                 "Requests classified, by how the entry was decided",
                 &["entry", "method"],
+            ),
+            requests_by_key: counter(
+                &r,
+                "laneway_requests_by_key_total",
+                "Authenticated requests per API key (label: first 12 hex digits of its SHA-256)",
+                &["key"],
             ),
             overhead: histogram(
                 &r,

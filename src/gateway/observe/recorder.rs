@@ -3,11 +3,12 @@
 //! `vllm bench serve` defines them, and records them once when the response ends.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use prometheus::Histogram;
 
 use super::metrics::GatewayMetrics;
+use crate::gateway::access_log::{self, AccessContext, AccessRecord};
 use crate::gateway::entry::{Entry, Strategy};
 use crate::openai::sse::{SseEvent, SseScanner, Usage};
 
@@ -62,6 +63,8 @@ pub struct Recorder {
     token_events: u64,
     usage: Option<Usage>,
     finished: bool,
+    /// Set on proxied requests: the access line is written at the end.
+    access: Option<AccessContext>,
 }
 
 impl Recorder {
@@ -86,7 +89,14 @@ impl Recorder {
             token_events: 0,
             usage: None,
             finished: false,
+            access: None,
         }
+    }
+
+    /// Writes an access-log line for this request when it ends.
+    pub fn with_access(mut self, access: AccessContext) -> Self {
+        self.access = Some(access);
+        self
     }
 
     pub fn kind(&self) -> BodyKind {
@@ -166,11 +176,12 @@ impl Recorder {
         let e2e = now.duration_since(self.received_at);
         self.metrics.e2e.with_label_values(&labels).observe(e2e.as_secs_f64());
         self.metrics.requests.with_label_values(&labels).inc();
+        let completion_tokens = self.usage.map_or(self.token_events, |u| u.completion_tokens);
+        let prompt_tokens = self.usage.map_or(self.estimated_prompt_tokens, |u| u.prompt_tokens);
+        self.write_access_line(outcome, e2e, prompt_tokens, completion_tokens);
         if self.kind == BodyKind::Opaque {
             return;
         }
-        let completion_tokens = self.usage.map_or(self.token_events, |u| u.completion_tokens);
-        let prompt_tokens = self.usage.map_or(self.estimated_prompt_tokens, |u| u.prompt_tokens);
         let token_labels = [entry, DEFAULT_VARIANT, self.labels.replica.as_str()];
         self.metrics.prompt_tokens.with_label_values(&token_labels).inc_by(prompt_tokens);
         self.metrics.completion_tokens.with_label_values(&token_labels).inc_by(completion_tokens);
@@ -181,6 +192,37 @@ impl Recorder {
             let tpot = last.duration_since(first).as_secs_f64() / (completion_tokens - 1) as f64;
             self.metrics.tpot.with_label_values(&labels).observe(tpot);
         }
+    }
+}
+
+impl Recorder {
+    fn write_access_line(
+        &self,
+        outcome: Outcome,
+        duration: Duration,
+        prompt: u64,
+        completion: u64,
+    ) {
+        let Some(access) = &self.access else { return };
+        let opaque = self.kind == BodyKind::Opaque;
+        access_log::emit(&AccessRecord {
+            request_id: &access.request_id,
+            method: &access.method,
+            path: &access.path,
+            entry: self.labels.entry.as_str(),
+            variant: DEFAULT_VARIANT,
+            replica: &self.labels.replica,
+            status: access.status,
+            ttft: self.first_token_at.map(|first| first.duration_since(self.received_at)),
+            prompt_tokens: if opaque { 0 } else { prompt },
+            completion_tokens: if opaque { 0 } else { completion },
+            duration,
+            outcome: match outcome {
+                Outcome::Complete => "complete",
+                Outcome::UpstreamReset => "upstream_reset",
+                Outcome::ClientGone => "client_gone",
+            },
+        });
     }
 }
 
@@ -202,7 +244,6 @@ fn usage_of_json(body: &[u8]) -> Option<Usage> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     fn recorder(metrics: &Arc<GatewayMetrics>, kind: BodyKind, at: Instant) -> Recorder {
         let labels = RequestLabels {
