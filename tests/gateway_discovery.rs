@@ -241,3 +241,23 @@ async fn kubernetes_discovery_adds_and_removes_replicas_under_load() {
     gateway.shutdown().await;
     std::fs::remove_file(token_file).unwrap();
 }
+
+#[test]
+fn discovery_sections_validate_and_report_bad_fields() {
+    let config = laneway::gateway::GatewayConfig::from_toml(
+        "[discovery.dns]\nname = \"vllm-headless.llm.svc\"\nport = 8000\n",
+    )
+    .unwrap();
+    let dns = config.discovery.dns.unwrap();
+    assert_eq!(
+        (dns.name.as_str(), dns.port, dns.interval),
+        ("vllm-headless.llm.svc", 8000, Duration::from_secs(5))
+    );
+    assert!(config.replicas.is_empty());
+    let error = laneway::gateway::GatewayConfig::from_toml(
+        "[discovery.dns]\nport = 8000\n[discovery.kubernetes]\nnamespace = \"llm\"\n",
+    )
+    .unwrap_err();
+    let paths: Vec<&str> = error.issues.iter().map(|i| i.path.as_str()).collect();
+    assert_eq!(paths, ["discovery.dns.name", "discovery.kubernetes.label_selector"]);
+}
