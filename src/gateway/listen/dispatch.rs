@@ -19,6 +19,7 @@ use crate::gateway::classify::{self, ClassifyMethod};
 use crate::gateway::entry::Entry;
 use crate::gateway::error::GatewayError;
 use crate::gateway::forward::debug::split_debug_path;
+use crate::gateway::observe::DEFAULT_VARIANT;
 use crate::gateway::pick::InFlightGuard;
 use crate::gateway::state::GatewayState;
 use crate::openai::request::Endpoint;
@@ -45,7 +46,7 @@ pub async fn dispatch(
         state.metrics.record_error(entry.as_str(), error.kind_label());
         let strategy = state.connector(entry).strategy();
         let mut response = error.into_response();
-        tag(response.headers_mut(), entry, strategy, None);
+        tag(response.headers_mut(), entry, strategy, DEFAULT_VARIANT, None);
         response
     })
 }
@@ -105,11 +106,25 @@ async fn inference(
         .classified
         .with_label_values(&[entry.as_str(), classification.method.as_str()])
         .inc();
-    // Phases 2 and 3: pick and forward.
-    let connector = state.connector(entry);
+    // Phases 2 and 3: assign a canary variant, pick in its pool and forward its way.
+    let variants = state.variants.of(entry);
+    let assigned = variants.assign(&state.variants.sticky_key(&parts.headers));
     let mut excluded: Option<String> = None;
     for attempt in 1..=MAX_ATTEMPTS {
-        let Some(replica) = state.picker.pick(excluded.as_deref()) else {
+        let mut variant = &variants.variants[assigned];
+        let mut picked = variant.pick(&state.picker, excluded.as_deref());
+        if picked.is_none() && assigned != 0 {
+            // The variant's pool is empty or out of rotation: the baseline serves it.
+            state
+                .metrics
+                .canary_fallbacks
+                .with_label_values(&[entry.as_str(), &variant.name])
+                .inc();
+            variant = &variants.variants[0];
+            picked = variant.pick(&state.picker, excluded.as_deref());
+        }
+        let connector = &variant.connector;
+        let Some(replica) = picked else {
             let error = match excluded {
                 None => GatewayError::NoReplica,
                 Some(replica) => GatewayError::UpstreamConnect {
@@ -129,6 +144,7 @@ async fn inference(
                 let proxied = Proxied {
                     entry,
                     strategy: connector.strategy(),
+                    variant: variant.name.clone(),
                     received_at,
                     inference: true,
                     prompt_tokens: classification.prompt_tokens,
@@ -215,6 +231,7 @@ async fn debug(
     let proxied = Proxied {
         entry: Entry::Debug,
         strategy: connector.strategy(),
+        variant: DEFAULT_VARIANT.into(),
         received_at,
         inference: false,
         prompt_tokens: 0,
@@ -252,6 +269,7 @@ async fn other(
     let proxied = Proxied {
         entry: Entry::Short,
         strategy: connector.strategy(),
+        variant: DEFAULT_VARIANT.into(),
         received_at,
         inference: false,
         prompt_tokens: 0,
