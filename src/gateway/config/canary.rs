@@ -218,3 +218,89 @@ pub(super) fn admin(raw: &RawAdmin, issues: &mut Issues) -> AdminConfig {
     }
     AdminConfig { token }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::GatewayConfig;
+
+    const REPLICAS: &str = "[[replicas]]\nname = \"a\"\nurl = \"http://10.0.0.1:8000\"\n\
+        [[replicas]]\nname = \"b\"\nurl = \"http://10.0.0.2:8000\"\n";
+
+    #[test]
+    fn variants_pools_canary_and_admin_are_read() {
+        let text = format!(
+            "{REPLICAS}[[pools]]\nname = \"tp8x2\"\nreplicas = [\"a\"]\n\
+             [[entries.short.variants]]\nname = \"fc\"\nstrategy = \"force_close\"\nweight = 3\n\
+             [[entries.short.variants]]\nname = \"ka\"\nstrategy = \"keep_alive\"\n\
+             policy = \"round_robin\"\npool = \"tp8x2\"\n\
+             [canary]\nsticky_header = \"X-User-Id\"\nwindow_seconds = 60\n\
+             slo = {{ ttft_ms = 500, tpot_ms = 50 }}\n[admin]\ntoken = \"0123456789\"\n"
+        );
+        let config = GatewayConfig::from_toml(&text).unwrap();
+        let variants = &config.short.variants;
+        assert_eq!(variants.len(), 2);
+        assert_eq!((variants[0].weight, variants[1].weight), (3, 1));
+        assert_eq!(variants[1].pool.as_deref(), Some("tp8x2"));
+        assert_eq!(variants[1].policy, Some(super::PolicyKind::RoundRobin));
+        assert_eq!(config.pool("tp8x2").unwrap().replicas, ["a"]);
+        assert_eq!(config.canary.sticky_header.as_ref().unwrap().as_str(), "x-user-id");
+        assert_eq!(config.canary.window.as_secs(), 60);
+        assert_eq!(config.canary.slo.ttft_ms, Some(500.0));
+        assert_eq!(config.admin.token.as_deref(), Some("0123456789"));
+        // No variants: one implicit `default` with the entry's strategy.
+        let implicit = config.long.effective_variants();
+        assert_eq!(implicit.len(), 1);
+        assert_eq!(implicit[0].name, "default");
+        assert_eq!(implicit[0].strategy, config.long.strategy);
+    }
+
+    #[test]
+    fn every_bad_canary_field_is_named_by_its_path() {
+        let text = format!(
+            "{REPLICAS}[[pools]]\nname = \"p\"\nreplicas = [\"a\", \"zz\"]\n\
+             [[pools]]\nname = \"p\"\nreplicas = []\n\
+             [[entries.short.variants]]\nname = \"x y\"\nstrategy = \"never\"\npool = \"nope\"\n\
+             weight = -1\n\
+             [[entries.long.variants]]\nname = \"z\"\nweight = 0\npolicy = \"random\"\n\
+             [[entries.debug.variants]]\nname = \"d\"\n\
+             [canary]\nsticky_header = \"bad header\"\nwindow_seconds = 0\nslo = {{ ttft_ms = -5 }}\n\
+             [admin]\ntoken = \"short\"\n"
+        );
+        let error = GatewayConfig::from_toml(&text).unwrap_err();
+        let mut paths: Vec<&str> = error.issues.iter().map(|i| i.path.as_str()).collect();
+        paths.sort_unstable();
+        assert_eq!(
+            paths,
+            [
+                "admin.token",
+                "canary.slo.ttft_ms",
+                "canary.sticky_header",
+                "canary.window_seconds",
+                "entries.debug.variants",
+                "entries.long.variants",
+                "entries.long.variants[0].policy",
+                "entries.short.variants[0].name",
+                "entries.short.variants[0].pool",
+                "entries.short.variants[0].strategy",
+                "entries.short.variants[0].weight",
+                "pools[0].replicas[1]",
+                "pools[1].name",
+                "pools[1].replicas",
+            ],
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn the_admin_token_may_come_from_the_environment() {
+        let both = "[admin]\ntoken = \"0123456789\"\ntoken_env = \"HOME\"\n";
+        let error = GatewayConfig::from_toml(both).unwrap_err();
+        assert_eq!(error.issues[0].path, "admin.token_env");
+        let unset = "[admin]\ntoken_env = \"LANEWAY_TEST_TOKEN_THAT_IS_NEVER_SET\"\n";
+        let error = GatewayConfig::from_toml(unset).unwrap_err();
+        assert!(error.issues[0].message.contains("is not set"), "{error}");
+        // PATH is set in every environment the tests run in and is long enough.
+        let config = GatewayConfig::from_toml("[admin]\ntoken_env = \"PATH\"\n").unwrap();
+        assert_eq!(config.admin.token, std::env::var("PATH").ok());
+    }
+}
