@@ -88,6 +88,13 @@ async fn weights_are_honoured_and_each_variant_uses_its_strategy() {
             .sum::<f64>() as usize
     };
     assert_eq!((requests_on("fc"), requests_on("ka")), (USERS - on_ka, on_ka));
+    // The report counts the same requests, none of them failed.
+    let report = admin_json(&gateway, "/admin/canary").await;
+    let variants = &report["entries"][0]["variants"];
+    assert_eq!(variants[0]["since_start"]["requests"], (USERS - on_ka) as u64);
+    assert_eq!(variants[1]["since_start"]["requests"], on_ka as u64);
+    assert_eq!(variants[0]["since_start"]["failures"], 0, "{report:#}");
+    assert_eq!(variants[1]["since_start"]["failures"], 0, "{report:#}");
     gateway.shutdown().await;
 }
 
