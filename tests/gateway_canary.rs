@@ -247,3 +247,15 @@ async fn a_pool_without_available_replicas_falls_back_to_the_first_variant() {
     assert_eq!(variants["entries"][0]["variants"][1]["fallbacks"], 3);
     gateway.shutdown().await;
 }
+
+#[test]
+fn the_example_canary_config_is_valid() {
+    let text = std::fs::read_to_string("config/canary-tp8x2.toml").unwrap();
+    // The token comes from the environment in the example; tests do not touch theirs.
+    let text = text.replace("token_env = \"LANEWAY_ADMIN_TOKEN\"", "token = \"example-token\"");
+    let config = GatewayConfig::from_toml(&text).unwrap();
+    let names: Vec<&str> = config.short.variants.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(names, ["force_close", "keep_alive"]);
+    assert_eq!(config.short.variants[1].strategy, Strategy::KeepAlive);
+    assert_eq!(config.pool("tp8x2").unwrap().replicas, ["sim-0", "sim-1"]);
+}
