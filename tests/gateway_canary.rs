@@ -217,6 +217,39 @@ async fn the_report_names_a_clearly_slower_pool() {
 }
 
 #[tokio::test]
+async fn two_identical_variants_raise_no_alarm() {
+    const USERS: usize = 120;
+    let sims = start_sims(2, 1).await;
+    let mut config = config_for(&sims);
+    config.canary.sticky_header = Some(USER_HEADER.parse().unwrap());
+    config.short.variants = vec![
+        variant("a", Strategy::ForceClose, None, 1),
+        variant("b", Strategy::ForceClose, None, 1),
+    ];
+    let gateway = start_gateway(config).await;
+    let client = reqwest::Client::new();
+    let results: Vec<(u16, String, String)> = futures_util::stream::iter(0..USERS)
+        .map(|user| {
+            let (client, gateway) = (&client, &gateway);
+            async move { send_as(client, gateway, &format!("user-{user}"), true).await }
+        })
+        .buffer_unordered(4)
+        .collect()
+        .await;
+    assert!(results.iter().all(|(status, _, _)| *status == 200));
+    let report = admin_json(&gateway, "/admin/canary").await;
+    let verdicts = &report["entries"][0]["variants"][1]["window_vs_baseline"];
+    // Same replicas, same strategy, interleaved traffic: never "slower" or "faster". (That
+    // the difference is also bounded, "no difference", is asserted on recorded samples in
+    // the canary module, where the noise of a shared machine cannot widen the interval.)
+    for metric in ["ttft", "tpot"] {
+        let verdict = verdicts[metric]["verdict"].as_str().unwrap();
+        assert!(["no_difference", "inconclusive"].contains(&verdict), "{metric}: {report:#}");
+    }
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_pool_without_available_replicas_falls_back_to_the_first_variant() {
     let sims = start_sims(2, 1).await;
     let mut config = config_for(&sims);
