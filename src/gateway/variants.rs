@@ -169,3 +169,68 @@ impl Variants {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::config::{ReplicaConfig, VariantConfig};
+
+    fn config() -> GatewayConfig {
+        let replicas = vec![ReplicaConfig {
+            name: "r0".into(),
+            authority: "127.0.0.1:1".into(),
+            node: "n".into(),
+        }];
+        let mut config = GatewayConfig::with_replicas(replicas);
+        config.canary.sticky_header = Some(HeaderName::from_static("x-user-id"));
+        config.short.variants = ["a", "b"]
+            .map(|name| VariantConfig {
+                name: name.into(),
+                strategy: Strategy::ForceClose,
+                policy: None,
+                pool: None,
+                weight: 1,
+            })
+            .to_vec();
+        config
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.insert(*name, value.parse().unwrap());
+        }
+        headers
+    }
+
+    #[tokio::test]
+    async fn the_sticky_header_wins_then_the_request_id_then_a_counter() {
+        let variants = Variants::new(&config());
+        let both = headers(&[("x-user-id", "alice"), ("x-request-id", "req-1")]);
+        assert_eq!(variants.sticky_key(&both), b"alice");
+        assert_eq!(variants.sticky_key(&headers(&[("x-request-id", "req-1")])), b"req-1");
+        let first = variants.sticky_key(&HeaderMap::new());
+        assert_ne!(first, variants.sticky_key(&HeaderMap::new()));
+        // Entries without variants have the implicit one; the debug entry is not compared.
+        let layout = variants.layout();
+        assert_eq!(layout[0], ("short".to_string(), vec!["a".to_string(), "b".to_string()]));
+        assert_eq!(layout[1], ("long".to_string(), vec!["default".to_string()]));
+        assert_eq!(layout.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn weights_change_all_or_nothing() {
+        let variants = Variants::new(&config());
+        let short = variants.of(Entry::Short);
+        short.set_weights(&HashMap::from([("b".to_string(), 0)])).unwrap();
+        assert!((0..200).all(|n| short.assign(format!("{n}").as_bytes()) == 0));
+        let unknown = HashMap::from([("a".to_string(), 0), ("zz".to_string(), 1)]);
+        assert!(matches!(short.set_weights(&unknown), Err(WeightsError::UnknownVariant { .. })));
+        let all_zero = HashMap::from([("a".to_string(), 0)]);
+        assert_eq!(short.set_weights(&all_zero), Err(WeightsError::Table(AssignError::AllZero)));
+        let too_big = HashMap::from([("a".to_string(), 2_000_000)]);
+        assert_eq!(short.set_weights(&too_big), Err(WeightsError::OutOfRange(2_000_000)));
+        let weights: Vec<u32> = short.weights().iter().map(|w| w.weight).collect();
+        assert_eq!(weights, [1, 0], "a refused change left the table as it was");
+    }
+}

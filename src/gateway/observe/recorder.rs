@@ -301,4 +301,24 @@ mod tests {
         // Without usage, the prompt estimate is used.
         assert_eq!(metrics.prompt_tokens.with_label_values(&tokens).get(), 5 + 11);
     }
+
+    #[tokio::test]
+    async fn finished_inference_requests_reach_the_canary_report() {
+        let metrics = Arc::new(GatewayMetrics::new());
+        let layout = vec![("short".to_string(), vec![DEFAULT_VARIANT.to_string()])];
+        let canary = CanaryRecorder::spawn(canary::CanarySettings::default(), layout);
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let mut complete = recorder(&metrics, BodyKind::Stream, start).with_canary(canary.clone());
+        complete.on_data(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n", at(100));
+        complete.on_data(b"data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\n", at(120));
+        complete.finish(Outcome::Complete, at(130));
+        let cut = recorder(&metrics, BodyKind::Stream, start).with_canary(canary.clone());
+        drop(cut);
+        let report = canary.report().await.unwrap();
+        let summary = &report.entries[0].variants[0].since_start;
+        assert_eq!((summary.requests, summary.failures), (2, 1));
+        assert_eq!(summary.ttft_p50_ms.map(f64::round), Some(100.0));
+        assert_eq!(summary.tpot_p50_ms.map(f64::round), Some(20.0));
+    }
 }
