@@ -292,3 +292,38 @@ fn the_example_canary_config_is_valid() {
     assert_eq!(config.short.variants[1].strategy, Strategy::KeepAlive);
     assert_eq!(config.pool("tp8x2").unwrap().replicas, ["sim-0", "sim-1"]);
 }
+
+#[tokio::test]
+async fn bench_headers_pin_a_benchmark_to_one_variant() {
+    let sims = start_sims(2, 1).await;
+    let gateway = start_gateway(two_variants(config_for(&sims), 1, 1)).await;
+    let requests_on = |metrics: &str, variant: &str| {
+        metrics
+            .lines()
+            .filter(|line| line.starts_with("laneway_requests_total{"))
+            .filter(|line| line.contains(&format!("variant=\"{variant}\"")))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    };
+    let mut args = laneway::bench::BenchArgs {
+        target: vec![url(&gateway, "")],
+        workload: "100/4/c4".into(),
+        requests: Some(24),
+        quiet: true,
+        ..Default::default()
+    };
+    // Pinned: every request carries one user's id, so all land on that user's variant.
+    args.request.header = vec![format!("{USER_HEADER}:alice")];
+    let outcome = laneway::bench::measure(&args).await.unwrap();
+    assert_eq!(outcome.targets[0].summary.successes, 24);
+    let metrics = gateway.metrics_text();
+    let pinned = (requests_on(&metrics, "fc"), requests_on(&metrics, "ka"));
+    assert!(pinned == (24, 0) || pinned == (0, 24), "{pinned:?}");
+    // Mixed: without the header the bench's requests spread by weight.
+    args.request.header.clear();
+    laneway::bench::measure(&args).await.unwrap();
+    let metrics = gateway.metrics_text();
+    let mixed = (requests_on(&metrics, "fc") - pinned.0, requests_on(&metrics, "ka") - pinned.1);
+    assert!(mixed.0 > 0 && mixed.1 > 0 && mixed.0 + mixed.1 == 24, "{mixed:?}");
+    gateway.shutdown().await;
+}
