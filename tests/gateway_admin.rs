@@ -85,6 +85,15 @@ async fn drain_lets_in_flight_streams_finish_and_sends_nothing_new() {
     assert!(received.contains("two"));
     assert!(stream.chunk().await.unwrap().is_none());
     wait_until("the drained stream released", || gateway.replica_in_flight("stub") == 0).await;
+    // Everything drained: new requests get 503, not a hang.
+    assert_eq!(post_admin(&gateway, "/admin/replicas/sim-0/drain", Some(TOKEN)).await, 200);
+    let response = client
+        .post(url(&gateway, "/v1/chat/completions"))
+        .json(&chat_body(20, 2, false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
     gateway.shutdown().await;
 }
 
