@@ -93,7 +93,13 @@ sticky_header = "x-user-id"
 
 def chat(url, user):
     body = json.dumps(
-        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 4,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
     ).encode()
     request = urllib.request.Request(
         f"{url}/v1/chat/completions",
@@ -101,7 +107,7 @@ def chat(url, user):
         headers={"content-type": "application/json", "x-user-id": user},
     )
     with urllib.request.urlopen(request, timeout=30) as response:
-        response.read()
+        assert response.read().endswith(b"data: [DONE]\n\n")
         return response.headers["x-laneway-variant"]
 
 
