@@ -19,6 +19,7 @@ use crate::gateway::classify::{self, Classification, ClassifyMethod};
 use crate::gateway::entry::Entry;
 use crate::gateway::error::GatewayError;
 use crate::gateway::forward::debug::split_debug_path;
+use crate::gateway::observe::DEFAULT_VARIANT;
 use crate::gateway::pick::InFlightGuard;
 use crate::gateway::state::GatewayState;
 use crate::openai::request::Endpoint;
@@ -45,7 +46,7 @@ pub async fn dispatch(
         state.metrics.record_error(entry.as_str(), error.kind_label());
         let strategy = state.connector(entry).strategy();
         let mut response = error.into_response();
-        tag(response.headers_mut(), entry, strategy, None);
+        tag(response.headers_mut(), entry, strategy, DEFAULT_VARIANT, None);
         response
     })
 }
@@ -128,10 +129,25 @@ async fn pick_and_forward(
 ) -> Result<Response<ProxyBody>, GatewayError> {
     let Classified { parts, body, classification } = classified;
     let entry = classification.entry;
-    let connector = state.connector(entry);
+    // Assign a canary variant, then pick in its pool and forward its way.
+    let variants = state.variants.of(entry);
+    let assigned = variants.assign(&state.variants.sticky_key(&parts.headers));
     let mut excluded: Option<String> = None;
     for attempt in 1..=MAX_ATTEMPTS {
-        let Some(replica) = state.picker.pick(excluded.as_deref()) else {
+        let mut variant = &variants.variants[assigned];
+        let mut picked = variant.pick(&state.picker, excluded.as_deref());
+        if picked.is_none() && assigned != 0 {
+            // The variant's pool is empty or out of rotation: the baseline serves it.
+            state
+                .metrics
+                .canary_fallbacks
+                .with_label_values(&[entry.as_str(), &variant.name])
+                .inc();
+            variant = &variants.variants[0];
+            picked = variant.pick(&state.picker, excluded.as_deref());
+        }
+        let connector = &variant.connector;
+        let Some(replica) = picked else {
             return Err(match excluded {
                 None => GatewayError::NoReplica,
                 Some(replica) => GatewayError::UpstreamConnect {
@@ -149,6 +165,7 @@ async fn pick_and_forward(
                 let proxied = Proxied {
                     entry,
                     strategy: connector.strategy(),
+                    variant: variant.name.clone(),
                     received_at,
                     inference: true,
                     prompt_tokens: classification.prompt_tokens,
@@ -233,6 +250,7 @@ async fn debug(
     let proxied = Proxied {
         entry: Entry::Debug,
         strategy: connector.strategy(),
+        variant: DEFAULT_VARIANT.into(),
         received_at,
         inference: false,
         prompt_tokens: 0,
@@ -270,6 +288,7 @@ async fn other(
     let proxied = Proxied {
         entry: Entry::Short,
         strategy: connector.strategy(),
+        variant: DEFAULT_VARIANT.into(),
         received_at,
         inference: false,
         prompt_tokens: 0,
