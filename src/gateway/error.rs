@@ -37,8 +37,8 @@ pub enum GatewayError {
     /// Downstream: no valid API key.
     #[error("{0}")]
     Unauthorized(#[from] crate::gateway::auth::AuthError),
-    /// Internal: the replica set is empty.
-    #[error("no replica is configured")]
+    /// Internal: no replica accepts new requests (the set is empty or all are drained).
+    #[error("no replica is available (none configured, or all drained)")]
     NoReplica,
     /// Upstream: the connection could not be made; nothing was sent, so retry is allowed.
     #[error("cannot connect to replica `{replica}`: {source}")]

@@ -1,7 +1,8 @@
 //! `laneway serve`: the gateway. A request's path reads by folder:
 //! [`listen`] (accept, route) -> [`classify`] (which entry) -> [`pick`] (which replica) ->
 //! [`forward`] (which connection) -> [`observe`] (what it cost). [`config`] is read once at
-//! start; [`admin`] serves `/metrics` and `/health`.
+//! start; [`variants`] assigns canary variants; [`admin`] serves `/metrics`, `/health`, the
+//! admin API and the status page.
 
 pub mod access_log;
 pub mod admin;
@@ -20,6 +21,7 @@ pub mod pick;
 pub mod request_id;
 pub mod state;
 pub mod tls;
+pub mod variants;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -161,8 +163,9 @@ pub async fn spawn(config: GatewayConfig) -> anyhow::Result<GatewayHandle> {
         let shutdown = async move {
             let _ = admin_stopped.wait_for(|stop| *stop).await;
         };
-        if let Err(error) = axum::serve(admin, admin_router).with_graceful_shutdown(shutdown).await
-        {
+        // The peer address decides admin read access (loopback only without a token).
+        let service = admin_router.into_make_service_with_connect_info::<SocketAddr>();
+        if let Err(error) = axum::serve(admin, service).with_graceful_shutdown(shutdown).await {
             tracing::error!(%error, "admin listener failed");
         }
     }));

@@ -13,7 +13,7 @@ use axum::extract::ConnectInfo;
 use axum::routing::{get, post};
 use bytes::Bytes;
 use dashmap::DashSet;
-use laneway::gateway::config::{PolicyKind, ReplicaConfig};
+use laneway::gateway::config::{PolicyKind, PoolConfig, ReplicaConfig, VariantConfig};
 use laneway::gateway::{self, Entry, GatewayConfig, GatewayHandle, Strategy};
 use laneway::sim::{self, SimConfig, SimHandle};
 use tokio::sync::mpsc;
@@ -167,4 +167,30 @@ pub async fn read_until(response: &mut reqwest::Response, received: &mut String,
             .unwrap_or_else(|| panic!("stream ended before `{needle}`; got {received:?}"));
         received.push_str(&String::from_utf8_lossy(&chunk));
     }
+}
+
+pub fn admin_url(gateway: &GatewayHandle, path: &str) -> String {
+    format!("http://{}{}", gateway.admin_addr(), path)
+}
+
+/// A canary variant of `strategy`, on `pool` (`None`: every replica).
+pub fn variant(name: &str, strategy: Strategy, pool: Option<&str>, weight: u32) -> VariantConfig {
+    VariantConfig {
+        name: name.into(),
+        strategy,
+        policy: None,
+        pool: pool.map(str::to_string),
+        weight,
+    }
+}
+
+pub fn pool(name: &str, replicas: &[&str]) -> PoolConfig {
+    PoolConfig { name: name.into(), replicas: replicas.iter().map(|r| r.to_string()).collect() }
+}
+
+/// A JSON document from the admin listener.
+pub async fn admin_json(gateway: &GatewayHandle, path: &str) -> serde_json::Value {
+    let response = reqwest::get(admin_url(gateway, path)).await.unwrap();
+    assert_eq!(response.status(), 200, "{path}");
+    response.json().await.unwrap()
 }

@@ -6,6 +6,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use super::canary;
 use super::raw::{RawConfig, RawEntry, RawReplica};
 use super::{EntryConfig, GatewayConfig, PolicyKind, ReplicaConfig};
 use crate::gateway::auth::ApiKeys;
@@ -39,10 +40,10 @@ impl fmt::Display for ConfigError {
 
 /// Collects issues while the typed config is built.
 #[derive(Default)]
-struct Issues(Vec<ConfigIssue>);
+pub(super) struct Issues(Vec<ConfigIssue>);
 
 impl Issues {
-    fn add(&mut self, path: impl Into<String>, message: impl Into<String>) {
+    pub(super) fn add(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.0.push(ConfigIssue { path: path.into(), message: message.into() });
     }
 
@@ -54,7 +55,13 @@ impl Issues {
         })
     }
 
-    fn positive(&mut self, path: &str, value: Option<i64>, default: u64, max: u64) -> u64 {
+    pub(super) fn positive(
+        &mut self,
+        path: &str,
+        value: Option<i64>,
+        default: u64,
+        max: u64,
+    ) -> u64 {
         match value {
             None => default,
             Some(number) if number >= 1 && number as u64 <= max => number as u64,
@@ -87,17 +94,14 @@ fn error_path(text: &str, error: &toml::de::Error) -> String {
 }
 
 fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
-    let policy = match raw.policy.as_deref().unwrap_or("least_queue") {
-        "least_queue" => PolicyKind::LeastQueue,
-        "round_robin" => PolicyKind::RoundRobin,
-        other => {
-            issues.add(
-                "policy",
-                format!("unknown policy `{other}` (expected least_queue or round_robin)"),
-            );
-            PolicyKind::LeastQueue
-        }
-    };
+    let name = raw.policy.as_deref().unwrap_or("least_queue");
+    let policy = PolicyKind::parse(name).unwrap_or_else(|| {
+        issues.add(
+            "policy",
+            format!("unknown policy `{name}` (expected least_queue or round_robin)"),
+        );
+        PolicyKind::LeastQueue
+    });
     if let Some(tokenizer) = &raw.classifier.tokenizer {
         issues.add(
             "classifier.tokenizer",
@@ -107,6 +111,8 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
             ),
         );
     }
+    let replicas = replicas(&raw.replicas, issues);
+    let pools = canary::pools(&raw.pools, &replicas, issues);
     let config = GatewayConfig {
         listen: issues.addr("listen", raw.listen.as_deref(), "127.0.0.1:8080"),
         admin_listen: issues.addr("admin_listen", raw.admin_listen.as_deref(), "127.0.0.1:9090"),
@@ -153,10 +159,13 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
             600_000,
             86_400_000,
         )),
-        short: entry("entries.short", &raw.entries.short, Strategy::ForceClose, issues),
-        long: entry("entries.long", &raw.entries.long, Strategy::KeepAlive, issues),
-        debug: entry("entries.debug", &raw.entries.debug, Strategy::KeepAlive, issues),
-        replicas: replicas(&raw.replicas, issues),
+        short: entry("entries.short", &raw.entries.short, Strategy::ForceClose, &pools, issues),
+        long: entry("entries.long", &raw.entries.long, Strategy::KeepAlive, &pools, issues),
+        debug: entry("entries.debug", &raw.entries.debug, Strategy::KeepAlive, &pools, issues),
+        replicas,
+        pools,
+        canary: canary::canary(&raw.canary, issues),
+        admin: canary::admin(&raw.admin, issues),
         tls: raw.tls.as_ref().and_then(|tls| {
             TlsConfig::from_raw(tls).map_err(|(path, message)| issues.add(path, message)).ok()
         }),
@@ -170,11 +179,21 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
             DiscoveryConfig::default()
         }),
     };
+    if !raw.entries.debug.variants.is_empty() {
+        issues
+            .add("entries.debug.variants", "the debug entry reaches a named replica: no variants");
+    }
     check_distinct_listeners(&config, issues);
     config
 }
 
-fn entry(path: &str, raw: &RawEntry, default: Strategy, issues: &mut Issues) -> EntryConfig {
+fn entry(
+    path: &str,
+    raw: &RawEntry,
+    default: Strategy,
+    pools: &[canary::PoolConfig],
+    issues: &mut Issues,
+) -> EntryConfig {
     let strategy = match raw.strategy.as_deref().map(str::parse::<Strategy>) {
         None => default,
         Some(Ok(strategy)) => strategy,
@@ -190,7 +209,9 @@ fn entry(path: &str, raw: &RawEntry, default: Strategy, issues: &mut Issues) -> 
     let spread_connections =
         issues.positive(&format!("{path}.spread_connections"), raw.spread_connections, 8, 1024)
             as usize;
-    EntryConfig { strategy, listen, spread_connections }
+    let variants =
+        canary::variants(&format!("{path}.variants"), &raw.variants, strategy, pools, issues);
+    EntryConfig { strategy, listen, spread_connections, variants }
 }
 
 fn replicas(raw: &[RawReplica], issues: &mut Issues) -> Vec<ReplicaConfig> {

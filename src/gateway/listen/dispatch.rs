@@ -85,7 +85,7 @@ fn error_response(
     state.metrics.record_error(entry.as_str(), kind);
     let strategy = state.connector(entry).strategy();
     let mut response = error.into_response();
-    tag(response.headers_mut(), entry, strategy, None);
+    tag(response.headers_mut(), entry, strategy, DEFAULT_VARIANT, None);
     if let Some(access) = access_log::current() {
         access_log::emit(&AccessRecord {
             request_id: &access.request_id,
@@ -193,10 +193,25 @@ async fn pick_and_forward(
 ) -> Result<Response<ProxyBody>, GatewayError> {
     let Classified { parts, body, classification } = classified;
     let entry = classification.entry;
-    let connector = state.connector(entry);
+    // Assign a canary variant, then pick in its pool and forward its way.
+    let variants = state.variants.of(entry);
+    let assigned = variants.assign(&state.variants.sticky_key(&parts.headers));
     let mut excluded: Option<String> = None;
     for attempt in 1..=MAX_ATTEMPTS {
-        let Some(replica) = state.picker.pick(excluded.as_deref()) else {
+        let mut variant = &variants.variants[assigned];
+        let mut picked = variant.pick(&state.picker, excluded.as_deref());
+        if picked.is_none() && assigned != 0 {
+            // The variant's pool is empty or out of rotation: the baseline serves it.
+            state
+                .metrics
+                .canary_fallbacks
+                .with_label_values(&[entry.as_str(), &variant.name])
+                .inc();
+            variant = &variants.variants[0];
+            picked = variant.pick(&state.picker, excluded.as_deref());
+        }
+        let connector = &variant.connector;
+        let Some(replica) = picked else {
             return Err(match excluded {
                 None => GatewayError::NoReplica,
                 Some(replica) => GatewayError::UpstreamConnect {
@@ -214,6 +229,7 @@ async fn pick_and_forward(
                 let proxied = Proxied {
                     entry,
                     strategy: connector.strategy(),
+                    variant: variant.name.clone(),
                     received_at,
                     inference: true,
                     prompt_tokens: classification.prompt_tokens,
@@ -298,6 +314,7 @@ async fn debug(
     let proxied = Proxied {
         entry: Entry::Debug,
         strategy: connector.strategy(),
+        variant: DEFAULT_VARIANT.into(),
         received_at,
         inference: false,
         prompt_tokens: 0,
@@ -335,6 +352,7 @@ async fn other(
     let proxied = Proxied {
         entry: Entry::Short,
         strategy: connector.strategy(),
+        variant: DEFAULT_VARIANT.into(),
         received_at,
         inference: false,
         prompt_tokens: 0,

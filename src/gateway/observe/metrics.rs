@@ -47,6 +47,7 @@ pub struct GatewayMetrics {
     /// Requests per API key label; only fed when `auth.count_by_key` is on.
     pub requests_by_key: IntCounterVec,
     pub overhead: HistogramVec,
+    pub canary_fallbacks: IntCounterVec,
     replica_in_flight: IntGaugeVec,
     replica_in_flight_prompt_tokens: IntGaugeVec,
     replica_reported_waiting: IntGaugeVec,
@@ -166,6 +167,12 @@ impl GatewayMetrics {
                 "Time the gateway adds, by phase",
                 OVERHEAD_BUCKETS,
                 &["phase"],
+            ),
+            canary_fallbacks: counter(
+                &r,
+                "laneway_canary_fallbacks_total",
+                "Requests whose variant's pool had no available replica, served by the entry's first variant",
+                &["entry", "variant"],
             ),
             replica_in_flight: int_gauge(
                 &r,

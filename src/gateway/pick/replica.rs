@@ -1,7 +1,7 @@
 //! One replica as the picker sees it: its address and the lock-free load figures that the
 //! request path, the in-flight guard and the metrics scraper update.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::gateway::config::ReplicaConfig;
@@ -15,6 +15,8 @@ pub struct Replica {
     /// Fault domain.
     pub node: String,
     pub load: ReplicaLoad,
+    /// Set by an operator (admin API): no new requests, those in flight finish.
+    pub draining: AtomicBool,
 }
 
 impl Replica {
@@ -24,7 +26,22 @@ impl Replica {
             authority: config.authority.clone(),
             node: config.node.clone(),
             load: ReplicaLoad::default(),
+            draining: AtomicBool::new(false),
         }
+    }
+
+    /// Whether the picker may send this replica a new request: the one place every
+    /// out-of-rotation condition is checked.
+    pub fn accepts_new_requests(&self) -> bool {
+        !self.is_draining()
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    pub fn set_draining(&self, draining: bool) {
+        self.draining.store(draining, Ordering::Relaxed);
     }
 }
 
