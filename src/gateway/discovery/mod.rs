@@ -198,9 +198,11 @@ mod tests {
             Picker::new(&GatewayConfig::with_replicas(vec![replica("a", 1), replica("b", 2)]));
         let a = picker.by_name("a").unwrap();
         a.load.record_failure();
+        a.set_draining(true);
         let applied = apply_replica_set(&picker, &[replica("a", 1), replica("c", 3)]);
         assert!(Arc::ptr_eq(&applied[0], &a));
         assert_eq!(picker.by_name("a").unwrap().load.failures(), 1);
+        assert!(picker.by_name("a").unwrap().is_draining());
         assert!(picker.by_name("b").is_none());
         assert_eq!(picker.by_name("c").unwrap().load.failures(), 0);
         // Same name, new address: a new replica.
