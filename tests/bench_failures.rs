@@ -164,6 +164,7 @@ async fn streaming_charts_are_written() {
     let base = stub_server().await;
     let dir = std::env::temp_dir().join(format!("laneway-bench-charts-{}", std::process::id()));
     let mut run = args(vec![format!("a={base}/good"), format!("b={base}/good")], "20/4/c2", 6);
+    run.ramp_up = Some(0.05);
     run.output.plot = Some(dir.clone());
     measure(&run).await.unwrap();
     for chart in ["ttft_cdf.svg", "e2e_cdf.svg", "ttft_by_target.svg"] {

@@ -32,7 +32,12 @@ pub fn http_client() -> HttpClient {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(Duration::from_secs(10)));
-    Client::builder(TokioExecutor::new()).pool_max_idle_per_host(usize::MAX).build(connector)
+    // Idle connections are closed after a while so that a run over many targets does not
+    // keep every earlier target's connections (and file descriptors) open.
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(usize::MAX)
+        .pool_idle_timeout(Duration::from_secs(10))
+        .build(connector)
 }
 
 /// Where and how requests are sent: everything about a request but its shape.

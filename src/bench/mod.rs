@@ -63,6 +63,9 @@ pub struct BenchArgs {
     /// Cap on requests in flight (open loop), or the number of clients (closed loop).
     #[arg(long)]
     pub max_concurrency: Option<usize>,
+    /// Closed loop: start the clients evenly over this many seconds (each round).
+    #[arg(long)]
+    pub ramp_up: Option<f64>,
     /// Interleaved rounds (A B A B ...); default 1 for one target, 3 for several.
     #[arg(long)]
     pub rounds: Option<u32>,
@@ -179,6 +182,7 @@ pub async fn measure(args: &BenchArgs) -> anyhow::Result<BenchOutcome> {
                 first_index: *first_index,
                 budget: *budget,
                 arrivals: plan.arrivals,
+                ramp_up: plan.ramp_up,
             };
             let result = run_round(context.clone(), round).await;
             records[slot].extend(result.records);

@@ -51,6 +51,9 @@ pub struct Round {
     pub first_index: u64,
     pub budget: Budget,
     pub arrivals: Arrivals,
+    /// Closed loop: client k of C starts k/C of this later, as real clients connect
+    /// over time rather than in one millisecond.
+    pub ramp_up: Duration,
 }
 
 /// A round's records and its wall time.
@@ -81,9 +84,11 @@ async fn closed_loop(
 ) -> Vec<RequestRecord> {
     let next = Arc::new(AtomicU64::new(0));
     let mut clients = Vec::with_capacity(concurrency);
-    for _ in 0..concurrency {
+    for client in 0..concurrency {
         let (context, next) = (context.clone(), next.clone());
+        let start_at = started + round.ramp_up.mul_f64(client as f64 / concurrency as f64);
         clients.push(tokio::spawn(async move {
+            tokio::time::sleep_until(start_at.into()).await;
             let mut records = Vec::new();
             loop {
                 let offset = next.fetch_add(1, Ordering::Relaxed);
