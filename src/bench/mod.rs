@@ -198,7 +198,12 @@ pub async fn measure(args: &BenchArgs) -> anyhow::Result<BenchOutcome> {
         .map(|((target, records), elapsed)| TargetReport {
             name: target.name.clone(),
             url: target.url.clone(),
-            summary: stats::summarise(&records, elapsed, &plan.slo),
+            summary: stats::summarise(
+                &records,
+                elapsed,
+                &plan.slo,
+                matches!(plan.arrivals, arrivals::Arrivals::Open { .. }),
+            ),
             records,
         })
         .collect();
