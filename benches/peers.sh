@@ -136,18 +136,24 @@ start_fleet() {
 TARGETS=()
 LANEWAY_PID=""
 
+# start_laneway [NAME [SHORT_STRATEGY]]: laneway with the template's configuration, or
+# with the short entry's strategy replaced (e.g. `spread`: a fixed set of 16 connections
+# per replica instead of a fresh connection per request).
 start_laneway() {
-    local port admin config
+    local name="${1:-laneway}" short_strategy="${2:-}" port admin config
     port="$(free_port)"
     admin="$(free_port)"
-    config="$WORK/laneway.toml"
+    config="$WORK/$name.toml"
     sed -e "s|@LISTEN@|127.0.0.1:$port|" -e "s|@ADMIN@|127.0.0.1:$admin|" \
         -e "s|@R0@|$R0|" -e "s|@R1@|$R1|" "$PEERS_DIR/laneway-tp8x2.toml" >"$config"
-    "${PIN_PROXY[@]}" "$LANEWAY" serve --config "$config" >"$WORK/laneway.out" 2>"$WORK/laneway.err" &
+    if [[ "$short_strategy" == spread ]]; then
+        sed -i 's|^strategy = "force_close"|strategy = "spread"\nspread_connections = 16|' "$config"
+    fi
+    "${PIN_PROXY[@]}" "$LANEWAY" serve --config "$config" >"$WORK/$name.out" 2>"$WORK/$name.err" &
     LANEWAY_PID=$!
     PIDS+=("$LANEWAY_PID")
     if wait_http "http://127.0.0.1:$admin/health" 30; then
-        TARGETS+=("laneway=http://127.0.0.1:$port")
+        TARGETS+=("$name=http://127.0.0.1:$port")
     else
         log "laneway did not start; see below and $PEERS_DIR/laneway-tp8x2.toml"
         tail -n 5 "$WORK/laneway.err" >&2 || true
@@ -292,6 +298,7 @@ part_overhead() {
     start_fleet 1 --config "$PEERS_DIR/overhead-replica.toml"
     TARGETS=("direct=$R0,$R1")
     start_laneway
+    start_laneway laneway-spread spread
     start_haproxy haproxy-rr-nd roundrobin keepalive nodelay
     start_haproxy haproxy-lc-close-nd leastconn close nodelay
     start_router sglang round_robin
@@ -319,7 +326,9 @@ part_streams() {
     cleanup
 }
 
+# Writes the header of results.md; a later run of other parts on the same day appends.
 describe_machine() {
+    [[ -s "$OUT/results.md" ]] && { echo -e "\n---\n\nParts run later: \`benches/peers.sh ${*}\`\n" >>"$OUT/results.md"; return; }
     {
         echo "# laneway against its peers: $DATE$SUFFIX"
         echo

@@ -114,14 +114,18 @@ def overhead_case(out, lines):
     path = os.path.join(out, "overhead-5000rps.json")
     if os.path.exists(path):
         targets = by_name(load(path))
-        if "laneway" in targets and "direct" in targets:
-            mine, direct = targets["laneway"]["summary"], targets["direct"]["summary"]
+        for ours in ("laneway", "laneway-spread"):
+            if ours not in targets or "direct" not in targets:
+                continue
+            mine, direct = targets[ours]["summary"], targets["direct"]["summary"]
             p50 = (mine["e2e"]["p50_ms"] - direct["e2e"]["p50_ms"]) * 1000
             p99 = (mine["e2e"]["p99_ms"] - direct["e2e"]["p99_ms"]) * 1000
-            lines.append(f"- Overhead at 5,000 req/s, added p50 <= 100 us: {p50:.0f} us: {mark(p50 <= 100)}")
-            lines.append(f"- Overhead at 5,000 req/s, added p99 <= 1 ms: {p99:.0f} us: {mark(p99 <= 1000)}")
-            failed = mine["failures"]
-            lines.append(f"- Overhead run failures through laneway: {failed} of {mine['requests']}")
+            lines.append(f"- Overhead at 5,000 req/s, `{ours}` adds p50 <= 100 us: {p50:.0f} us: {mark(p50 <= 100)}")
+            lines.append(f"- Overhead at 5,000 req/s, `{ours}` adds p99 <= 1 ms: {p99:.0f} us: {mark(p99 <= 1000)}")
+            lines.append(
+                f"- Overhead run through `{ours}`: {mine['failures']} failures of {mine['requests']} "
+                f"{dict(mine['failures_by_kind'])}, {mine['successes'] / max(mine['elapsed_s'], 1e-9):.0f} ok req/s"
+            )
     path = os.path.join(out, "saturation-c32.json")
     if os.path.exists(path):
         targets = by_name(load(path))
@@ -129,13 +133,17 @@ def overhead_case(out, lines):
             return
         rate = lambda n: targets[n]["summary"]["successes"] / max(targets[n]["summary"]["elapsed_s"], 1e-9)
         mine = rate("laneway")
-        for peer, factor in (("haproxy-rr-nd", 1), ("sglang-round-robin", 2), ("vllm-round-robin", 2)):
-            if peer in targets:
-                theirs = rate(peer)
-                lines.append(
-                    f"- Saturation, at least {factor}x `{peer}`: {mine:.0f} vs {theirs:.0f} req/s "
-                    f"= {mine / theirs:.2f}x: {mark(mine >= factor * theirs)}"
-                )
+        for ours in ("laneway", "laneway-spread"):
+            if ours not in targets:
+                continue
+            mine = rate(ours)
+            for peer, factor in (("haproxy-rr-nd", 1), ("sglang-round-robin", 2), ("vllm-round-robin", 2)):
+                if peer in targets:
+                    theirs = rate(peer)
+                    lines.append(
+                        f"- Saturation, `{ours}` at least {factor}x `{peer}`: {mine:.0f} vs {theirs:.0f} "
+                        f"req/s = {mine / theirs:.2f}x: {mark(mine >= factor * theirs)}"
+                    )
 
 
 def targets_mode(out):

@@ -148,7 +148,6 @@ pub async fn measure(args: &BenchArgs) -> anyhow::Result<BenchOutcome> {
         EndpointArg::Chat => Endpoint::Chat,
         EndpointArg::Completions => Endpoint::Completions,
     };
-    let client = http_client();
     let progress = Arc::new(Progress::default());
     let mut contexts = Vec::with_capacity(plan.targets.len());
     for target in &plan.targets {
@@ -164,7 +163,9 @@ pub async fn measure(args: &BenchArgs) -> anyhow::Result<BenchOutcome> {
             Workload::Streaming { mix, .. } => RequestKind::Streaming { mix: mix.clone() },
         };
         contexts.push(Arc::new(TargetContext {
-            client: client.clone(),
+            // One client (and pool) per target: idle connections of one do not pile up with
+            // the next one's.
+            client: http_client(),
             template,
             kind,
             seed: args.seed,

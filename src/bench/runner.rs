@@ -16,6 +16,11 @@ use super::progress::Progress;
 use super::record::{Outcome, RequestRecord};
 use super::workload::{WeightedShape, Workload};
 
+/// Requests an open loop without `--max-concurrency` keeps in flight at most: each holds
+/// a connection (a file descriptor), and the process may not have more than some 20,000.
+/// A request due while the cap is full is recorded as not sent, never delayed.
+pub const OPEN_LOOP_IN_FLIGHT_CAP: usize = 8192;
+
 /// What each request of the run is.
 #[derive(Debug, Clone)]
 pub enum RequestKind {
@@ -123,8 +128,12 @@ async fn open_loop(
     started: Instant,
 ) -> Vec<RequestRecord> {
     let slots = max_concurrency.map(|limit| Arc::new(Semaphore::new(limit)));
+    // With --max-concurrency, waiting requests hold no connection: that cap is the bound.
+    let in_flight_cap =
+        max_concurrency.is_none().then(|| Arc::new(Semaphore::new(OPEN_LOOP_IN_FLIGHT_CAP)));
     let schedule_rng = StdRng::seed_from_u64(context.seed ^ u64::from(round.number) << 32);
     let mut in_flight = Vec::new();
+    let mut not_sent = Vec::new();
     for (offset, due) in PoissonSchedule::new(rate, schedule_rng).enumerate() {
         let offset = offset as u64;
         let in_budget = match round.budget {
@@ -135,12 +144,24 @@ async fn open_loop(
             break;
         }
         tokio::time::sleep_until((started + due).into()).await;
-        let (context, slots) = (context.clone(), slots.clone());
         let index = round.first_index + offset;
+        let cap_permit = match &in_flight_cap {
+            None => None,
+            Some(cap) => cap.clone().try_acquire_owned().ok(),
+        };
+        if in_flight_cap.is_some() && cap_permit.is_none() {
+            let mut record = RequestRecord::failed(index, round.number, due, started.elapsed());
+            record.outcome = Outcome::NotSent;
+            context.progress.record(false);
+            not_sent.push(record);
+            continue;
+        }
+        let (context, slots) = (context.clone(), slots.clone());
         in_flight.push((
             index,
             due,
             tokio::spawn(async move {
+                let _cap = cap_permit;
                 let _slot = match slots {
                     Some(slots) => Some(slots.acquire_owned().await.expect("never closed")),
                     None => None,
@@ -149,7 +170,8 @@ async fn open_loop(
             }),
         ));
     }
-    let mut records = Vec::with_capacity(in_flight.len());
+    let mut records = not_sent;
+    records.reserve(in_flight.len());
     for (index, due, task) in in_flight {
         records.push(task.await.unwrap_or_else(|_| {
             let mut record = RequestRecord::failed(index, round.number, due, due);
@@ -157,6 +179,7 @@ async fn open_loop(
             record
         }));
     }
+    records.sort_by_key(|record| record.index);
     records
 }
 
