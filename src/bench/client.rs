@@ -27,6 +27,10 @@ const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 /// The shared HTTP client.
 pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
+/// Idle connections a client keeps per host; more are closed when they fall idle, so that
+/// targets measured one after another stay well within the process's file descriptors.
+pub const MAX_IDLE_PER_HOST: usize = 1024;
+
 /// A client that keeps connections alive and reuses them, as ordinary OpenAI clients do.
 pub fn http_client() -> HttpClient {
     let mut connector = HttpConnector::new();
@@ -35,7 +39,7 @@ pub fn http_client() -> HttpClient {
     // Idle connections are closed after a while so that a run over many targets does not
     // keep every earlier target's connections (and file descriptors) open.
     Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(usize::MAX)
+        .pool_max_idle_per_host(MAX_IDLE_PER_HOST)
         .pool_idle_timeout(Duration::from_secs(10))
         .build(connector)
 }

@@ -20,6 +20,8 @@ pub mod timing;
 pub mod workload;
 
 use std::path::PathBuf;
+
+use anyhow::Context;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -225,10 +227,12 @@ pub async fn measure(args: &BenchArgs) -> anyhow::Result<BenchOutcome> {
         if let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent)?;
         }
-        std::fs::write(path, serde_json::to_vec_pretty(&document)?)?;
+        std::fs::write(path, serde_json::to_vec_pretty(&document)?)
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(dir) = &args.output.plot {
-        plot::write_charts(dir, &targets, overhead)?;
+        plot::write_charts(dir, &targets, overhead)
+            .with_context(|| format!("writing charts into {}", dir.display()))?;
     }
     Ok(BenchOutcome { plan, targets, table })
 }

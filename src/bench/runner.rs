@@ -19,7 +19,7 @@ use super::workload::{WeightedShape, Workload};
 /// Requests an open loop without `--max-concurrency` keeps in flight at most: each holds
 /// a connection (a file descriptor), and the process may not have more than some 20,000.
 /// A request due while the cap is full is recorded as not sent, never delayed.
-pub const OPEN_LOOP_IN_FLIGHT_CAP: usize = 8192;
+pub const OPEN_LOOP_IN_FLIGHT_CAP: usize = 4096;
 
 /// What each request of the run is.
 #[derive(Debug, Clone)]
