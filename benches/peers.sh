@@ -7,7 +7,7 @@
 #
 # Parts: short (1000/300/c6 and a short-output sweep), long (9000/600/c2, 50000/1000/c1),
 # overhead (tiny requests at 5,000 req/s open loop, then saturation), streams (5,000
-# concurrent SSE streams through laneway). `all` runs every part (under 20 minutes on
+# concurrent SSE streams through laneway). `all` runs every part (about 17 minutes on
 # 2 cores); `--quick` runs a much smaller version of each (about 3 minutes in all).
 # Results go to benches/results/<date>[-quick]/ (override with PEERS_OUT=DIR):
 # results.md, one JSON per case, SVG charts per case.
@@ -257,9 +257,11 @@ bench() {
         for chart in "$OUT/charts/$case_name"/*.svg; do
             [[ -e "$chart" ]] && links+=("[$(basename "$chart" .svg)](charts/$case_name/$(basename "$chart"))")
         done
-        echo "Charts: ${links[*]:-none}"
+        echo "Charts: ${links[*]:-none}. Every request: \`$case_name.json.xz\`."
         echo
     } >>"$OUT/results.md"
+    # Every request of an overhead run is some 70 MB of JSON; xz keeps a few percent of it.
+    xz -T2 -f "$OUT/$case_name.json"
     echo "$table"
 }
 

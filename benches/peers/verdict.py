@@ -12,14 +12,23 @@ figure is at most the peer's times (1 + band).
 """
 import glob
 import json
+import lzma
 import os
 import statistics
 import sys
 
 
 def load(path):
-    with open(path) as handle:
+    """A case's JSON, as written or compressed by peers.sh (`.json.xz`)."""
+    if not os.path.exists(path) and os.path.exists(path + ".xz"):
+        path += ".xz"
+    opener = lzma.open if path.endswith(".xz") else open
+    with opener(path, "rt") as handle:
         return json.load(handle)
+
+
+def exists(path):
+    return os.path.exists(path) or os.path.exists(path + ".xz")
 
 
 def by_name(document):
@@ -58,7 +67,7 @@ def mark(ok):
 
 def short_case(out, case, lines):
     path = os.path.join(out, f"{case}.json")
-    if not os.path.exists(path):
+    if not exists(path):
         return
     targets = by_name(load(path))
     if "laneway" not in targets:
@@ -84,7 +93,7 @@ def short_case(out, case, lines):
 
 def long_case(out, name, lines):
     path = os.path.join(out, f"{name}.json")
-    if not os.path.exists(path):
+    if not exists(path):
         return
     targets = by_name(load(path))
     if "laneway" not in targets:
@@ -112,7 +121,7 @@ def long_case(out, name, lines):
 
 def overhead_case(out, lines):
     path = os.path.join(out, "overhead-5000rps.json")
-    if os.path.exists(path):
+    if exists(path):
         targets = by_name(load(path))
         for ours in ("laneway", "laneway-spread"):
             if ours not in targets or "direct" not in targets:
@@ -127,7 +136,7 @@ def overhead_case(out, lines):
                 f"{dict(mine['failures_by_kind'])}, {mine['successes'] / max(mine['elapsed_s'], 1e-9):.0f} ok req/s"
             )
     path = os.path.join(out, "saturation-c32.json")
-    if os.path.exists(path):
+    if exists(path):
         targets = by_name(load(path))
         if "laneway" not in targets:
             return

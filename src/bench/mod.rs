@@ -227,7 +227,7 @@ pub async fn measure(args: &BenchArgs) -> anyhow::Result<BenchOutcome> {
         if let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent)?;
         }
-        std::fs::write(path, serde_json::to_vec_pretty(&document)?)
+        std::fs::write(path, serde_json::to_vec(&document)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(dir) = &args.output.plot {

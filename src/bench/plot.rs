@@ -11,6 +11,9 @@ use super::report::TargetReport;
 /// Charts written by [`write_charts`].
 pub const CHART_SIZE: (u32, u32) = (900, 520);
 
+/// Points drawn per CDF line at most.
+const MAX_POINTS_PER_LINE: usize = 2000;
+
 /// Distinguishable line colours, repeated when there are more targets.
 const PALETTE: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
@@ -100,8 +103,15 @@ fn cdf_chart(
         sorted.sort_by(f64::total_cmp);
         let count = sorted.len().max(1) as f64;
         let colour = PALETTE[position % PALETTE.len()];
-        let points =
-            sorted.iter().enumerate().map(|(rank, value)| (*value, (rank + 1) as f64 / count));
+        // At most ~2,000 points a line (and always the last), so that charts of runs with
+        // hundreds of thousands of requests stay small files.
+        let step = sorted.len().div_ceil(MAX_POINTS_PER_LINE).max(1);
+        let last = sorted.len().saturating_sub(1);
+        let points = sorted
+            .iter()
+            .enumerate()
+            .filter(|(rank, _)| rank % step == 0 || *rank == last)
+            .map(|(rank, value)| (*value, (rank + 1) as f64 / count));
         chart
             .draw_series(LineSeries::new(points, colour.stroke_width(2)))?
             .label(name.as_str())
