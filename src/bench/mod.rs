@@ -172,6 +172,7 @@ pub async fn measure(args: &BenchArgs) -> anyhow::Result<BenchOutcome> {
             kind,
             seed: args.seed,
             progress: progress.clone(),
+            in_flight_cap: runner::OPEN_LOOP_IN_FLIGHT_CAP,
         }));
     }
     let planned = plan.planned_requests().map(|n| n * plan.targets.len() as u64);

@@ -47,6 +47,9 @@ pub struct TargetContext {
     pub kind: RequestKind,
     pub seed: u64,
     pub progress: Arc<Progress>,
+    /// Open loop without `--max-concurrency`: requests in flight at most
+    /// ([`OPEN_LOOP_IN_FLIGHT_CAP`] in a run).
+    pub in_flight_cap: usize,
 }
 
 /// One round: which requests (from `first_index`), how many, and how they arrive.
@@ -130,7 +133,7 @@ async fn open_loop(
     let slots = max_concurrency.map(|limit| Arc::new(Semaphore::new(limit)));
     // With --max-concurrency, waiting requests hold no connection: that cap is the bound.
     let in_flight_cap =
-        max_concurrency.is_none().then(|| Arc::new(Semaphore::new(OPEN_LOOP_IN_FLIGHT_CAP)));
+        max_concurrency.is_none().then(|| Arc::new(Semaphore::new(context.in_flight_cap)));
     let schedule_rng = StdRng::seed_from_u64(context.seed ^ u64::from(round.number) << 32);
     let mut in_flight = Vec::new();
     let mut not_sent = Vec::new();
