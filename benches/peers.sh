@@ -8,7 +8,8 @@
 # Parts: short (1000/300/c6 and a short-output sweep), long (9000/600/c2, 50000/1000/c1),
 # overhead (tiny requests at 5,000 req/s open loop, then saturation), streams (5,000
 # concurrent SSE streams through laneway). `all` runs every part (about 17 minutes on
-# 2 cores); `--quick` runs a much smaller version of each (about 3 minutes in all).
+# 2 cores, 3 of them building laneway); `--quick` runs a much smaller version of each
+# (about 2.5 minutes after the build).
 # Results go to benches/results/<date>[-quick]/ (override with PEERS_OUT=DIR):
 # results.md, one JSON per case, SVG charts per case.
 #
@@ -26,7 +27,7 @@ for arg in "$@"; do
     case "$arg" in
         --quick) QUICK=1 ;;
         install | short | long | overhead | streams | all) PARTS+=("$arg") ;;
-        -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,/^set -euo/p' "$0" | grep '^#'; exit 0 ;;
         *) echo "unknown argument: $arg (see --help)" >&2; exit 2 ;;
     esac
 done
