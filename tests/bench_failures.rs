@@ -164,6 +164,7 @@ async fn streaming_charts_are_written() {
     let base = stub_server().await;
     let dir = std::env::temp_dir().join(format!("laneway-bench-charts-{}", std::process::id()));
     let mut run = args(vec![format!("a={base}/good"), format!("b={base}/good")], "20/4/c2", 6);
+    run.ramp_up = Some(0.05);
     run.output.plot = Some(dir.clone());
     measure(&run).await.unwrap();
     for chart in ["ttft_cdf.svg", "e2e_cdf.svg", "ttft_by_target.svg"] {
@@ -186,4 +187,41 @@ async fn a_target_of_several_urls_takes_them_in_turn() {
     assert!(
         outcome.targets[0].records.iter().all(|r| r.outcome.is_success() == (r.index % 2 == 0))
     );
+}
+
+#[tokio::test]
+async fn an_open_loop_never_waits_for_a_full_cap_it_counts_the_requests_not_sent() {
+    use laneway::bench::arrivals::Arrivals;
+    use laneway::bench::client::{RequestTemplate, http_client};
+    use laneway::bench::runner::{Budget, RequestKind, Round, TargetContext, run_round};
+    let base = stub_server().await;
+    let template = RequestTemplate::new(
+        &format!("{base}/hang"),
+        laneway::openai::request::Endpoint::Chat,
+        "sim",
+        &[],
+        std::time::Duration::from_secs(2),
+    )
+    .unwrap();
+    let context = std::sync::Arc::new(TargetContext {
+        client: http_client(),
+        kind: RequestKind::Tiny { body: template.tiny_body() },
+        template,
+        seed: 1,
+        progress: Default::default(),
+        in_flight_cap: 3,
+    });
+    let round = Round {
+        number: 0,
+        first_index: 0,
+        budget: Budget::Requests(10),
+        // Ten requests due within a few milliseconds, each hanging for the 2 s timeout.
+        arrivals: Arrivals::Open { rate: 5000.0, max_concurrency: None },
+        ramp_up: std::time::Duration::ZERO,
+    };
+    let result = run_round(context, round).await;
+    let count = |kind: Outcome| result.records.iter().filter(|r| r.outcome == kind).count();
+    assert_eq!(result.records.len(), 10);
+    assert_eq!(count(Outcome::Timeout), 3);
+    assert_eq!(count(Outcome::NotSent), 7);
 }

@@ -88,11 +88,14 @@ fn the_summary_counts_failures_and_computes_throughput_and_goodput() {
     records.push(timed_out);
 
     let slo = Slo { ttft: Some(ms(200)), tpot: Some(ms(50)), e2el: None };
-    let summary = summarise(&records, Duration::from_secs(60), &slo);
+    let summary = summarise(&records, Duration::from_secs(60), &slo, true);
     assert_eq!((summary.requests, summary.successes, summary.failures), (5, 3, 2));
     assert_eq!(summary.failures_by_kind.get("http_status"), Some(&1));
     assert_eq!(summary.failures_by_kind.get("timeout"), Some(&1));
     assert_eq!(summary.late_requests, 1, "the timed-out one was sent 5 ms late");
+    assert_eq!(summary.achieved_rate, 5.0 / 0.005, "open loop: five requests sent within 5 ms");
+    let closed = summarise(&records, Duration::from_secs(60), &slo, false);
+    assert_eq!(closed.achieved_rate, 5.0 / 60.0, "closed loop: over the wall time");
     assert_eq!(summary.qpm, 3.0);
     assert_eq!(summary.completion_tokens_per_s, 12.0 / 60.0);
     assert_eq!(summary.total_tokens_per_s, 3012.0 / 60.0);

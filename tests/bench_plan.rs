@@ -87,6 +87,12 @@ fn bad_flags_are_refused_with_clear_errors() {
             .contains("not both")
     );
     assert!(refused("--target http://h:1 --workload nonsense").contains("not a workload"));
+    assert!(
+        refused("--target http://h:1 --workload 1000/300/c2 --rate 1 --ramp-up 2")
+            .contains("closed loop")
+    );
+    let ramped = plan_of("--target http://h:1 --workload 1000/300/c2 --ramp-up 2").unwrap();
+    assert_eq!(ramped.ramp_up, Duration::from_secs(2));
 }
 
 #[test]

@@ -27,12 +27,21 @@ const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 /// The shared HTTP client.
 pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
+/// Idle connections a client keeps per host; more are closed when they fall idle, so that
+/// targets measured one after another stay well within the process's file descriptors.
+pub const MAX_IDLE_PER_HOST: usize = 1024;
+
 /// A client that keeps connections alive and reuses them, as ordinary OpenAI clients do.
 pub fn http_client() -> HttpClient {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(Duration::from_secs(10)));
-    Client::builder(TokioExecutor::new()).pool_max_idle_per_host(usize::MAX).build(connector)
+    // Idle connections are closed after a while so that a run over many targets does not
+    // keep every earlier target's connections (and file descriptors) open.
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(MAX_IDLE_PER_HOST)
+        .pool_idle_timeout(Duration::from_secs(10))
+        .build(connector)
 }
 
 /// Where and how requests are sent: everything about a request but its shape.

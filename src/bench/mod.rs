@@ -20,6 +20,8 @@ pub mod timing;
 pub mod workload;
 
 use std::path::PathBuf;
+
+use anyhow::Context;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,6 +65,9 @@ pub struct BenchArgs {
     /// Cap on requests in flight (open loop), or the number of clients (closed loop).
     #[arg(long)]
     pub max_concurrency: Option<usize>,
+    /// Closed loop: start the clients evenly over this many seconds (each round).
+    #[arg(long)]
+    pub ramp_up: Option<f64>,
     /// Interleaved rounds (A B A B ...); default 1 for one target, 3 for several.
     #[arg(long)]
     pub rounds: Option<u32>,
@@ -145,7 +150,6 @@ pub async fn measure(args: &BenchArgs) -> anyhow::Result<BenchOutcome> {
         EndpointArg::Chat => Endpoint::Chat,
         EndpointArg::Completions => Endpoint::Completions,
     };
-    let client = http_client();
     let progress = Arc::new(Progress::default());
     let mut contexts = Vec::with_capacity(plan.targets.len());
     for target in &plan.targets {
@@ -161,11 +165,14 @@ pub async fn measure(args: &BenchArgs) -> anyhow::Result<BenchOutcome> {
             Workload::Streaming { mix, .. } => RequestKind::Streaming { mix: mix.clone() },
         };
         contexts.push(Arc::new(TargetContext {
-            client: client.clone(),
+            // One client (and pool) per target: idle connections of one do not pile up with
+            // the next one's.
+            client: http_client(),
             template,
             kind,
             seed: args.seed,
             progress: progress.clone(),
+            in_flight_cap: runner::OPEN_LOOP_IN_FLIGHT_CAP,
         }));
     }
     let planned = plan.planned_requests().map(|n| n * plan.targets.len() as u64);
@@ -179,6 +186,7 @@ pub async fn measure(args: &BenchArgs) -> anyhow::Result<BenchOutcome> {
                 first_index: *first_index,
                 budget: *budget,
                 arrivals: plan.arrivals,
+                ramp_up: plan.ramp_up,
             };
             let result = run_round(context.clone(), round).await;
             records[slot].extend(result.records);
@@ -194,7 +202,12 @@ pub async fn measure(args: &BenchArgs) -> anyhow::Result<BenchOutcome> {
         .map(|((target, records), elapsed)| TargetReport {
             name: target.name.clone(),
             url: target.url.clone(),
-            summary: stats::summarise(&records, elapsed, &plan.slo),
+            summary: stats::summarise(
+                &records,
+                elapsed,
+                &plan.slo,
+                matches!(plan.arrivals, arrivals::Arrivals::Open { .. }),
+            ),
             records,
         })
         .collect();
@@ -215,10 +228,12 @@ pub async fn measure(args: &BenchArgs) -> anyhow::Result<BenchOutcome> {
         if let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent)?;
         }
-        std::fs::write(path, serde_json::to_vec_pretty(&document)?)?;
+        std::fs::write(path, serde_json::to_vec(&document)?)
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(dir) = &args.output.plot {
-        plot::write_charts(dir, &targets, overhead)?;
+        plot::write_charts(dir, &targets, overhead)
+            .with_context(|| format!("writing charts into {}", dir.display()))?;
     }
     Ok(BenchOutcome { plan, targets, table })
 }

@@ -33,6 +33,8 @@ pub struct Plan {
     pub targets: Vec<Target>,
     pub workload: Workload,
     pub arrivals: Arrivals,
+    /// Closed loop: the clients' starts spread over this long in each round.
+    pub ramp_up: Duration,
     /// Each round's budget, in order; every target runs every round.
     pub rounds: Vec<(u64, Budget)>,
     pub slo: Slo,
@@ -62,6 +64,8 @@ pub enum PlanError {
          --max-concurrency C (closed loop), or write it as IN/OUT/cN"
     )]
     NoArrivals(String),
+    #[error("--ramp-up applies to a closed loop (cN or --max-concurrency without --rate)")]
+    RampUpInOpenLoop,
     #[error("give --requests or --duration, not both")]
     RequestsAndDuration,
     #[error("--requests {0} is above the cap of {MAX_REQUESTS}")]
@@ -191,6 +195,13 @@ impl Plan {
                 return Err(PlanError::TooManyRequests(count));
             }
         }
+        let ramp_up = match (args.ramp_up, arrivals) {
+            (None, _) => Duration::ZERO,
+            (Some(_), Arrivals::Open { .. }) => return Err(PlanError::RampUpInOpenLoop),
+            (Some(seconds), Arrivals::Closed { .. }) => {
+                Duration::from_secs_f64(positive("ramp-up", seconds)?)
+            }
+        };
         let rounds = args.rounds.unwrap_or_else(|| default_rounds(targets.len(), arrivals, total));
         let headers = args
             .request
@@ -207,6 +218,7 @@ impl Plan {
             targets,
             workload,
             arrivals,
+            ramp_up,
             rounds: split_rounds(total, rounds.max(1)),
             slo: parse_slo(&args.output.goodput)?,
             headers,

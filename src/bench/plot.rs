@@ -11,6 +11,9 @@ use super::report::TargetReport;
 /// Charts written by [`write_charts`].
 pub const CHART_SIZE: (u32, u32) = (900, 520);
 
+/// Points drawn per CDF line at most.
+const MAX_POINTS_PER_LINE: usize = 2000;
+
 /// Distinguishable line colours, repeated when there are more targets.
 const PALETTE: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
@@ -100,8 +103,15 @@ fn cdf_chart(
         sorted.sort_by(f64::total_cmp);
         let count = sorted.len().max(1) as f64;
         let colour = PALETTE[position % PALETTE.len()];
-        let points =
-            sorted.iter().enumerate().map(|(rank, value)| (*value, (rank + 1) as f64 / count));
+        // At most ~2,000 points a line (and always the last), so that charts of runs with
+        // hundreds of thousands of requests stay small files.
+        let step = sorted.len().div_ceil(MAX_POINTS_PER_LINE).max(1);
+        let last = sorted.len().saturating_sub(1);
+        let points = sorted
+            .iter()
+            .enumerate()
+            .filter(|(rank, _)| rank % step == 0 || *rank == last)
+            .map(|(rank, value)| (*value, (rank + 1) as f64 / count));
         chart
             .draw_series(LineSeries::new(points, colour.stroke_width(2)))?
             .label(name.as_str())
@@ -119,49 +129,52 @@ fn cdf_chart(
     Ok(())
 }
 
+/// Horizontal bars, one row per target, so that long target names stay readable.
 fn ttft_bars(path: &Path, targets: &[TargetReport]) -> anyhow::Result<()> {
-    let max_y = targets.iter().map(|t| t.summary.ttft.p95_ms).fold(0.0_f64, f64::max);
-    let root = SVGBackend::new(path, CHART_SIZE).into_drawing_area();
+    let max_x = targets.iter().map(|t| t.summary.ttft.p95_ms).fold(0.0_f64, f64::max);
+    let rows = targets.len().max(1);
+    let height = (120 + 42 * rows as u32).max(CHART_SIZE.1 / 2);
+    let root = SVGBackend::new(path, (CHART_SIZE.0, height)).into_drawing_area();
     root.fill(&WHITE)?;
     let names: Vec<String> = targets.iter().map(|t| t.name.clone()).collect();
     let mut chart = ChartBuilder::on(&root)
         .caption("TTFT per target: p50 bar, p95 whisker", ("sans-serif", 22))
         .margin(12)
-        .x_label_area_size(90)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.0..targets.len().max(1) as f64, 0.0..(max_y * 1.1).max(1e-3))?;
+        .x_label_area_size(40)
+        .y_label_area_size(170)
+        .build_cartesian_2d(0.0..(max_x * 1.1).max(1e-3), 0.0..rows as f64)?;
     chart
         .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(targets.len().max(1) * 2 + 1)
-        .x_label_formatter(&|x| {
-            let slot = x.floor() as usize;
-            if (x - slot as f64 - 0.5).abs() < 1e-6 {
+        .disable_y_mesh()
+        .y_labels(rows * 2 + 1)
+        .y_label_formatter(&|y| {
+            // Rows are drawn top-down in the order of the table; labels sit at row centres.
+            let from_top = rows as f64 - y;
+            let slot = from_top.floor() as usize;
+            if (from_top - slot as f64 - 0.5).abs() < 1e-6 {
                 names.get(slot).cloned().unwrap_or_default()
             } else {
                 String::new()
             }
         })
-        .y_desc("TTFT (ms)")
+        .x_desc("TTFT (ms)")
         .draw()?;
     for (slot, target) in targets.iter().enumerate() {
         let colour = PALETTE[slot % PALETTE.len()];
-        let left = slot as f64 + 0.2;
-        let right = slot as f64 + 0.8;
-        let middle = slot as f64 + 0.5;
+        let top = (rows - slot) as f64 - 0.2;
+        let bottom = (rows - slot - 1) as f64 + 0.2;
+        let middle = (rows - slot) as f64 - 0.5;
+        let (p50, p95) = (target.summary.ttft.p50_ms, target.summary.ttft.p95_ms);
         chart.draw_series(std::iter::once(Rectangle::new(
-            [(left, 0.0), (right, target.summary.ttft.p50_ms)],
+            [(0.0, bottom), (p50, top)],
             colour.filled(),
         )))?;
         chart.draw_series(std::iter::once(PathElement::new(
-            vec![(middle, target.summary.ttft.p50_ms), (middle, target.summary.ttft.p95_ms)],
+            vec![(p50, middle), (p95, middle)],
             BLACK.stroke_width(2),
         )))?;
         chart.draw_series(std::iter::once(PathElement::new(
-            vec![
-                (middle - 0.1, target.summary.ttft.p95_ms),
-                (middle + 0.1, target.summary.ttft.p95_ms),
-            ],
+            vec![(p95, middle - 0.12), (p95, middle + 0.12)],
             BLACK.stroke_width(2),
         )))?;
     }

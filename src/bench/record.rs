@@ -23,6 +23,9 @@ pub enum Outcome {
     StreamError(String),
     /// The run's hard end came while the request was still running.
     Unfinished,
+    /// Never sent: the open loop's in-flight cap was full when it was due. Counted as a
+    /// failure, so an overloaded target cannot make the generator quietly slow down.
+    NotSent,
 }
 
 impl Outcome {
@@ -40,6 +43,7 @@ impl Outcome {
             Self::Truncated => "truncated",
             Self::StreamError(_) => "stream_error",
             Self::Unfinished => "unfinished",
+            Self::NotSent => "not_sent",
         }
     }
 }

@@ -16,6 +16,11 @@ use super::progress::Progress;
 use super::record::{Outcome, RequestRecord};
 use super::workload::{WeightedShape, Workload};
 
+/// Requests an open loop without `--max-concurrency` keeps in flight at most: each holds
+/// a connection (a file descriptor), and the process may not have more than some 20,000.
+/// A request due while the cap is full is recorded as not sent, never delayed.
+pub const OPEN_LOOP_IN_FLIGHT_CAP: usize = 4096;
+
 /// What each request of the run is.
 #[derive(Debug, Clone)]
 pub enum RequestKind {
@@ -42,6 +47,9 @@ pub struct TargetContext {
     pub kind: RequestKind,
     pub seed: u64,
     pub progress: Arc<Progress>,
+    /// Open loop without `--max-concurrency`: requests in flight at most
+    /// ([`OPEN_LOOP_IN_FLIGHT_CAP`] in a run).
+    pub in_flight_cap: usize,
 }
 
 /// One round: which requests (from `first_index`), how many, and how they arrive.
@@ -51,6 +59,9 @@ pub struct Round {
     pub first_index: u64,
     pub budget: Budget,
     pub arrivals: Arrivals,
+    /// Closed loop: client k of C starts k/C of this later, as real clients connect
+    /// over time rather than in one millisecond.
+    pub ramp_up: Duration,
 }
 
 /// A round's records and its wall time.
@@ -81,9 +92,11 @@ async fn closed_loop(
 ) -> Vec<RequestRecord> {
     let next = Arc::new(AtomicU64::new(0));
     let mut clients = Vec::with_capacity(concurrency);
-    for _ in 0..concurrency {
+    for client in 0..concurrency {
         let (context, next) = (context.clone(), next.clone());
+        let start_at = started + round.ramp_up.mul_f64(client as f64 / concurrency as f64);
         clients.push(tokio::spawn(async move {
+            tokio::time::sleep_until(start_at.into()).await;
             let mut records = Vec::new();
             loop {
                 let offset = next.fetch_add(1, Ordering::Relaxed);
@@ -118,8 +131,12 @@ async fn open_loop(
     started: Instant,
 ) -> Vec<RequestRecord> {
     let slots = max_concurrency.map(|limit| Arc::new(Semaphore::new(limit)));
+    // With --max-concurrency, waiting requests hold no connection: that cap is the bound.
+    let in_flight_cap =
+        max_concurrency.is_none().then(|| Arc::new(Semaphore::new(context.in_flight_cap)));
     let schedule_rng = StdRng::seed_from_u64(context.seed ^ u64::from(round.number) << 32);
     let mut in_flight = Vec::new();
+    let mut not_sent = Vec::new();
     for (offset, due) in PoissonSchedule::new(rate, schedule_rng).enumerate() {
         let offset = offset as u64;
         let in_budget = match round.budget {
@@ -130,12 +147,24 @@ async fn open_loop(
             break;
         }
         tokio::time::sleep_until((started + due).into()).await;
-        let (context, slots) = (context.clone(), slots.clone());
         let index = round.first_index + offset;
+        let cap_permit = match &in_flight_cap {
+            None => None,
+            Some(cap) => cap.clone().try_acquire_owned().ok(),
+        };
+        if in_flight_cap.is_some() && cap_permit.is_none() {
+            let mut record = RequestRecord::failed(index, round.number, due, started.elapsed());
+            record.outcome = Outcome::NotSent;
+            context.progress.record(false);
+            not_sent.push(record);
+            continue;
+        }
+        let (context, slots) = (context.clone(), slots.clone());
         in_flight.push((
             index,
             due,
             tokio::spawn(async move {
+                let _cap = cap_permit;
                 let _slot = match slots {
                     Some(slots) => Some(slots.acquire_owned().await.expect("never closed")),
                     None => None,
@@ -144,7 +173,8 @@ async fn open_loop(
             }),
         ));
     }
-    let mut records = Vec::with_capacity(in_flight.len());
+    let mut records = not_sent;
+    records.reserve(in_flight.len());
     for (index, due, task) in in_flight {
         records.push(task.await.unwrap_or_else(|_| {
             let mut record = RequestRecord::failed(index, round.number, due, due);
@@ -152,6 +182,7 @@ async fn open_loop(
             record
         }));
     }
+    records.sort_by_key(|record| record.index);
     records
 }
 

@@ -64,7 +64,9 @@ pub struct Summary {
     pub failures_by_kind: BTreeMap<&'static str, u64>,
     /// Wall time of the target's rounds, added up.
     pub elapsed_s: f64,
-    /// Requests sent per second (the achieved arrival rate).
+    /// Requests sent per second. Open loop: over the time from each round's start to its
+    /// last send (the achieved arrival rate; a slow drain does not lower it). Closed loop:
+    /// over the whole wall time, as sends follow completions there.
     pub achieved_rate: f64,
     /// Requests whose send a concurrency cap delayed by more than a millisecond.
     pub late_requests: u64,
@@ -112,12 +114,20 @@ fn percentiles(histogram: &Histogram<u64>) -> Percentiles {
 }
 
 /// Summarises the records of one target measured over `elapsed` of wall time.
-pub fn summarise(records: &[RequestRecord], elapsed: Duration, slo: &Slo) -> Summary {
+pub fn summarise(
+    records: &[RequestRecord],
+    elapsed: Duration,
+    slo: &Slo,
+    open_loop: bool,
+) -> Summary {
     let (mut ttft, mut tpot, mut itl, mut e2e) =
         (histogram(), histogram(), histogram(), histogram());
     let mut summary = Summary { requests: records.len() as u64, ..Summary::default() };
     let (mut prompt_tokens, mut completion_tokens, mut good) = (0u64, 0u64, 0u64);
+    let mut last_send_by_round: BTreeMap<u32, Duration> = BTreeMap::new();
     for record in records {
+        let last_send = last_send_by_round.entry(record.round).or_default();
+        *last_send = (*last_send).max(record.sent_at);
         if record.sent_at.saturating_sub(record.scheduled_at) > Duration::from_millis(1) {
             summary.late_requests += 1;
         }
@@ -151,7 +161,8 @@ pub fn summarise(records: &[RequestRecord], elapsed: Duration, slo: &Slo) -> Sum
     }
     let seconds = elapsed.as_secs_f64().max(1e-9);
     summary.elapsed_s = elapsed.as_secs_f64();
-    summary.achieved_rate = summary.requests as f64 / seconds;
+    let sending: Duration = if open_loop { last_send_by_round.values().sum() } else { elapsed };
+    summary.achieved_rate = summary.requests as f64 / sending.as_secs_f64().max(1e-9);
     summary.ttft = percentiles(&ttft);
     summary.tpot = percentiles(&tpot);
     summary.itl = percentiles(&itl);
