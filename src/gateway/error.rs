@@ -44,6 +44,22 @@ pub enum GatewayError {
         #[source]
         source: BoxError,
     },
+    /// Upstream: the connection closed before any response byte (the replica died or
+    /// restarted). It produced nothing the client could have seen, so a retry on another
+    /// replica cannot duplicate output (HAProxy's `retry-on empty-response`).
+    #[error("replica `{replica}` closed the connection before answering: {source}")]
+    UpstreamClosed {
+        replica: String,
+        #[source]
+        source: BoxError,
+    },
+    /// Upstream: the replica sent no response headers within the first-byte timeout.
+    #[error("replica `{replica}` sent no response within {timeout_ms} ms")]
+    UpstreamTimeout { replica: String, timeout_ms: u64 },
+    /// Overload: every candidate stayed saturated until the queue deadline, or the queue
+    /// was full.
+    #[error("every replica is saturated; retry in {retry_after_secs} s")]
+    Overloaded { retry_after_secs: u64 },
     /// Upstream: the request was sent, the replica did not answer properly.
     #[error("replica `{replica}` failed: {source}")]
     UpstreamReset {
@@ -66,12 +82,15 @@ impl GatewayError {
             Self::NoReplica => "no_replica",
             Self::UpstreamConnect { .. } => "upstream_connect",
             Self::UpstreamReset { .. } => "upstream_reset",
+            Self::UpstreamTimeout { .. } => "upstream_timeout",
+            Self::UpstreamClosed { .. } => "upstream_closed",
+            Self::Overloaded { .. } => "overloaded",
         }
     }
 
     /// Whether the request may be sent to another replica: only when this one never saw it.
     pub fn retry_allowed(&self) -> bool {
-        matches!(self, Self::UpstreamConnect { .. })
+        matches!(self, Self::UpstreamConnect { .. } | Self::UpstreamClosed { .. })
     }
 
     fn api_kind(&self) -> ErrorKind {
@@ -85,7 +104,11 @@ impl GatewayError {
             Self::PayloadTooLarge { .. } => ErrorKind::PayloadTooLarge,
             Self::MethodNotAllowed { .. } => ErrorKind::MethodNotAllowed,
             Self::NoReplica => ErrorKind::Unavailable,
-            Self::UpstreamConnect { .. } | Self::UpstreamReset { .. } => ErrorKind::BadGateway,
+            Self::UpstreamConnect { .. }
+            | Self::UpstreamReset { .. }
+            | Self::UpstreamClosed { .. } => ErrorKind::BadGateway,
+            Self::UpstreamTimeout { .. } => ErrorKind::GatewayTimeout,
+            Self::Overloaded { .. } => ErrorKind::TooManyRequests,
         }
     }
 
@@ -98,6 +121,9 @@ impl GatewayError {
             response
                 .headers_mut()
                 .insert(http::header::ALLOW, http::HeaderValue::from_static("POST"));
+        }
+        if let Self::Overloaded { retry_after_secs } = self {
+            response.headers_mut().insert(http::header::RETRY_AFTER, retry_after_secs.into());
         }
         response
     }
@@ -123,6 +149,8 @@ mod tests {
             ),
             (GatewayError::UnknownReplica("r".into()), 404, false),
             (GatewayError::NoReplica, 503, false),
+            (GatewayError::Overloaded { retry_after_secs: 2 }, 429, false),
+            (GatewayError::UpstreamTimeout { replica: "r".into(), timeout_ms: 1 }, 504, false),
             (
                 GatewayError::UpstreamConnect { replica: "r".into(), source: "refused".into() },
                 502,

@@ -1,9 +1,11 @@
 //! `laneway serve`: the gateway. A request's path reads by folder:
 //! [`listen`] (accept, route) -> [`classify`] (which entry) -> [`pick`] (which replica) ->
-//! [`forward`] (which connection) -> [`observe`] (what it cost). [`config`] is read once at
-//! start; [`admin`] serves `/metrics` and `/health`.
+//! [`forward`] (which connection) -> [`observe`] (what it cost). [`config`] is validated
+//! once per load; [`reload`] switches it atomically; [`health`] and [`admission`] decide
+//! which replicas take requests and how many; [`admin`] serves `/metrics` and `/health`.
 
 pub mod admin;
+pub mod admission;
 pub mod body;
 pub mod classify;
 pub mod config;
@@ -11,9 +13,11 @@ pub mod demo;
 pub mod entry;
 pub mod error;
 pub mod forward;
+pub mod health;
 pub mod listen;
 pub mod observe;
 pub mod pick;
+pub mod reload;
 pub mod state;
 
 use std::collections::HashMap;
@@ -22,6 +26,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
+use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -29,7 +34,8 @@ use tokio::task::JoinHandle;
 pub use config::GatewayConfig;
 pub use entry::{Entry, Strategy};
 use listen::ListenerRole;
-use state::GatewayState;
+use reload::{LiveState, ReloadError, Reloader};
+use state::{GatewayState, Shared};
 
 /// `laneway serve` arguments.
 #[derive(Debug, Default, clap::Args)]
@@ -53,10 +59,11 @@ pub struct GatewayHandle {
     addr: SocketAddr,
     admin_addr: SocketAddr,
     entry_addrs: HashMap<Entry, SocketAddr>,
-    state: Arc<GatewayState>,
+    reloader: Arc<Reloader>,
     stop: watch::Sender<bool>,
+    abort_streams: watch::Sender<bool>,
     listeners: Vec<JoinHandle<()>>,
-    scrapers: Vec<JoinHandle<()>>,
+    health_checks: JoinHandle<()>,
 }
 
 impl GatewayHandle {
@@ -76,24 +83,57 @@ impl GatewayHandle {
 
     /// Requests in flight on a replica (until their bodies end); 0 for an unknown name.
     pub fn replica_in_flight(&self, name: &str) -> u64 {
-        self.state.picker.by_name(name).map_or(0, |replica| replica.load.in_flight())
+        self.state().picker.by_name(name).map_or(0, |replica| replica.load.in_flight())
+    }
+
+    /// The current request-path state (it changes on reload).
+    pub fn state(&self) -> Arc<GatewayState> {
+        self.reloader.live().load_full()
     }
 
     /// The Prometheus text the admin listener would serve.
     pub fn metrics_text(&self) -> String {
-        self.state.metrics.render(&self.state.picker)
+        admin::render_metrics(&self.state())
     }
 
-    /// Stops accepting, drains open requests up to the configured deadline, stops scraping.
+    /// Switches to `config` atomically; requests in flight finish on the old settings.
+    pub async fn reload(&self, config: GatewayConfig) -> Result<(), ReloadError> {
+        self.reloader.apply(config).await
+    }
+
+    /// Reloads from a file; an invalid file is refused (every problem logged).
+    pub async fn reload_file(&self, path: &std::path::Path) -> Result<(), ReloadError> {
+        self.reloader.apply_file(path).await
+    }
+
+    /// The reloader, for a SIGHUP handler.
+    pub fn reloader(&self) -> Arc<Reloader> {
+        self.reloader.clone()
+    }
+
+    /// Stops accepting and drains open requests up to the configured deadline; streams
+    /// still open then end with an error event and `data: [DONE]`.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         for listener in self.listeners {
             let _ = listener.await;
         }
-        for scraper in self.scrapers {
-            scraper.abort();
+        // Each listener waited up to the drain deadline: whatever is left is cut now.
+        let _ = self.abort_streams.send(true);
+        let state = self.reloader.live().load_full();
+        for _ in 0..200 {
+            if state.shared.admission.in_flight() == 0 && all_idle(&state) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
+        self.health_checks.abort();
+        self.reloader.stop().await;
     }
+}
+
+fn all_idle(state: &GatewayState) -> bool {
+    state.picker.snapshot().iter().all(|replica| replica.load.in_flight() == 0)
 }
 
 /// Binds every listener and starts serving.
@@ -107,7 +147,11 @@ pub async fn spawn(config: GatewayConfig) -> anyhow::Result<GatewayHandle> {
             dedicated.push((entry, bind(addr, entry.as_str()).await?));
         }
     }
-    let state = Arc::new(GatewayState::new(config));
+    let (abort_streams, aborted) = watch::channel(false);
+    let shared = Shared::new(&config, aborted);
+    let picker = Arc::new(pick::Picker::new(&config));
+    let live: Arc<LiveState> =
+        Arc::new(ArcSwap::from_pointee(GatewayState::with_shared(config, picker, shared)));
     let (stop, stopped) = watch::channel(false);
     let addr = smart.local_addr()?;
     let admin_addr = admin.local_addr()?;
@@ -115,7 +159,7 @@ pub async fn spawn(config: GatewayConfig) -> anyhow::Result<GatewayHandle> {
     let mut listeners = vec![tokio::spawn(listen::serve(
         smart,
         ListenerRole::Smart,
-        state.clone(),
+        live.clone(),
         stopped.clone(),
         drain,
     ))];
@@ -125,13 +169,13 @@ pub async fn spawn(config: GatewayConfig) -> anyhow::Result<GatewayHandle> {
         listeners.push(tokio::spawn(listen::serve(
             listener,
             role,
-            state.clone(),
+            live.clone(),
             stopped.clone(),
             drain,
         )));
     }
     let mut admin_stopped = stopped.clone();
-    let admin_router = admin::router(state.clone());
+    let admin_router = admin::router(live.clone());
     listeners.push(tokio::spawn(async move {
         let shutdown = async move {
             let _ = admin_stopped.wait_for(|stop| *stop).await;
@@ -141,10 +185,18 @@ pub async fn spawn(config: GatewayConfig) -> anyhow::Result<GatewayHandle> {
             tracing::error!(%error, "admin listener failed");
         }
     }));
-    let replicas = state.picker.snapshot();
-    let scrapers =
-        pick::scrape::spawn_scrapers(&replicas, state.picker.epoch, state.config.scrape_interval);
-    Ok(GatewayHandle { addr, admin_addr, entry_addrs, state, stop, listeners, scrapers })
+    let health_checks = health::active::spawn(live.clone());
+    let reloader = Arc::new(Reloader::new(live));
+    Ok(GatewayHandle {
+        addr,
+        admin_addr,
+        entry_addrs,
+        reloader,
+        stop,
+        abort_streams,
+        listeners,
+        health_checks,
+    })
 }
 
 async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
@@ -180,7 +232,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     let gateway = spawn(config).await?;
     print_banner(&gateway, !sims.is_empty());
+    let hangups = match &args.config {
+        Some(path) => Some(reload::spawn_sighup(gateway.reloader(), path.clone())?),
+        None => None,
+    };
     wait_for_signal().await?;
+    if let Some(hangups) = hangups {
+        hangups.abort();
+    }
     tracing::info!("shutting down: draining open requests");
     gateway.shutdown().await;
     demo::stop_replicas(sims).await;
@@ -197,7 +256,7 @@ fn print_banner(gateway: &GatewayHandle, demo: bool) {
             println!("{entry} entry on http://{entry_addr}");
         }
     }
-    for replica in gateway.state.picker.snapshot().iter() {
+    for replica in gateway.state().picker.snapshot().iter() {
         let kind = if demo { "simulated h20-tp4 replica" } else { "replica" };
         println!("{kind} {} at http://{} (node {})", replica.name, replica.authority, replica.node);
     }

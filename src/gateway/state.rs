@@ -1,30 +1,83 @@
 //! What every request handler shares: the validated config, the picker, one connector per
-//! entry and the metrics. Built once at start, read-only afterwards (load figures are
-//! atomics inside the picker).
+//! entry and the metrics. Read-only once built: a reload builds a new state (see
+//! [`crate::gateway::reload`]) that keeps the [`Shared`] parts and the replicas by name.
 
 use std::sync::Arc;
 
+use tokio::sync::watch;
+
+use crate::gateway::admission::Admission;
 use crate::gateway::config::GatewayConfig;
 use crate::gateway::entry::Entry;
 use crate::gateway::forward::Connector;
+use crate::gateway::forward::retry::RetryBudget;
+use crate::gateway::health::{HealthTracker, ReliabilityMetrics};
 use crate::gateway::observe::GatewayMetrics;
 use crate::gateway::pick::Picker;
+
+/// The parts that outlive a reload: counters, queues and budgets must not restart at zero.
+#[derive(Clone)]
+pub struct Shared {
+    pub metrics: Arc<GatewayMetrics>,
+    pub reliability_metrics: Arc<ReliabilityMetrics>,
+    pub admission: Arc<Admission>,
+    pub retry_budget: Arc<RetryBudget>,
+    /// Turns true when the drain deadline passed: open streams end with an error event.
+    pub abort_streams: watch::Receiver<bool>,
+}
+
+impl Shared {
+    pub fn new(config: &GatewayConfig, abort_streams: watch::Receiver<bool>) -> Self {
+        let metrics = Arc::new(GatewayMetrics::new());
+        let reliability_metrics = Arc::new(ReliabilityMetrics::new(metrics.registry()));
+        let reliability = &config.reliability;
+        Self {
+            admission: Arc::new(Admission::new(
+                reliability.admission.clone(),
+                reliability_metrics.clone(),
+            )),
+            retry_budget: Arc::new(RetryBudget::new(&reliability.retry)),
+            metrics,
+            reliability_metrics,
+            abort_streams,
+        }
+    }
+}
 
 pub struct GatewayState {
     pub config: GatewayConfig,
     pub picker: Arc<Picker>,
     pub metrics: Arc<GatewayMetrics>,
+    pub health: Arc<HealthTracker>,
+    pub shared: Shared,
     short: Connector,
     long: Connector,
     debug: Connector,
 }
 
 impl GatewayState {
+    /// A state of its own, whose streams nothing aborts (the watchdog reads a closed abort
+    /// channel as "never"): for tests and tools.
     pub fn new(config: GatewayConfig) -> Self {
+        let (_abort, aborted) = watch::channel(false);
+        let shared = Shared::new(&config, aborted);
+        let picker = Arc::new(Picker::new(&config));
+        Self::with_shared(config, picker, shared)
+    }
+
+    /// Builds a state around `picker`, reusing `shared`.
+    pub fn with_shared(config: GatewayConfig, picker: Arc<Picker>, shared: Shared) -> Self {
         let connector = |entry| Connector::new(config.entry(entry), config.connect_timeout);
+        let health = Arc::new(HealthTracker::new(
+            picker.clone(),
+            config.reliability.health.clone(),
+            shared.reliability_metrics.clone(),
+        ));
         Self {
-            picker: Arc::new(Picker::new(&config)),
-            metrics: Arc::new(GatewayMetrics::new()),
+            picker,
+            metrics: shared.metrics.clone(),
+            health,
+            shared,
             short: connector(Entry::Short),
             long: connector(Entry::Long),
             debug: connector(Entry::Debug),

@@ -3,6 +3,7 @@
 //! by its path (`replicas[2].url: ...`).
 
 mod raw;
+pub mod reliability;
 mod validate;
 
 use std::net::SocketAddr;
@@ -68,6 +69,8 @@ pub struct GatewayConfig {
     pub long: EntryConfig,
     pub debug: EntryConfig,
     pub replicas: Vec<ReplicaConfig>,
+    /// Health, retries, timeouts, admission and limits.
+    pub reliability: reliability::ReliabilityConfig,
 }
 
 /// The configuration used when none is given; replicas are added by the caller.

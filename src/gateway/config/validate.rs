@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::raw::{RawConfig, RawEntry, RawReplica};
+use super::reliability::{self, Ranges, RawReliability, ReliabilityConfig};
 use super::{EntryConfig, GatewayConfig, PolicyKind, ReplicaConfig};
 use crate::gateway::entry::Strategy;
 
@@ -148,9 +149,22 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
         long: entry("entries.long", &raw.entries.long, Strategy::KeepAlive, issues),
         debug: entry("entries.debug", &raw.entries.debug, Strategy::KeepAlive, issues),
         replicas: replicas(&raw.replicas, issues),
+        reliability: reliability_section(&raw, issues),
     };
     check_distinct_listeners(&config, issues);
     config
+}
+
+fn reliability_section(raw: &RawConfig, issues: &mut Issues) -> ReliabilityConfig {
+    let sections = RawReliability {
+        health: &raw.health,
+        retry: &raw.retry,
+        timeouts: &raw.timeouts,
+        admission: &raw.admission,
+        limits: &raw.limits,
+    };
+    let mut report = |path: String, message: String| issues.add(path, message);
+    reliability::build(sections, &mut Ranges { report: &mut report })
 }
 
 fn entry(path: &str, raw: &RawEntry, default: Strategy, issues: &mut Issues) -> EntryConfig {

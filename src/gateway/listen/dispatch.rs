@@ -13,8 +13,9 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Incoming;
 
 use super::ListenerRole;
+use super::attempts::{self, Classified};
 use super::respond::{ENTRY_HEADER, Proxied, REPLICA_HEADER, respond, tag};
-use crate::gateway::body::{ProxyBody, boxed, full};
+use crate::gateway::body::{ProxyBody, boxed};
 use crate::gateway::classify::{self, ClassifyMethod};
 use crate::gateway::entry::Entry;
 use crate::gateway::error::GatewayError;
@@ -22,10 +23,6 @@ use crate::gateway::forward::debug::split_debug_path;
 use crate::gateway::pick::InFlightGuard;
 use crate::gateway::state::GatewayState;
 use crate::openai::request::Endpoint;
-
-/// Attempts per inference request: a second replica is tried only when the first refused
-/// the connection (nothing was sent, so a retry cannot run the request twice).
-const MAX_ATTEMPTS: usize = 2;
 
 /// Serves one request; errors become OpenAI-shape responses here and nowhere else.
 pub async fn dispatch(
@@ -68,7 +65,7 @@ fn route(role: ListenerRole, request: &Request<Incoming>) -> Route {
     }
 }
 
-/// Inference: read the body, classify, then pick and forward (retrying a refused connect).
+/// Inference: read the body, classify, then admit, pick and forward.
 async fn inference(
     state: &Arc<GatewayState>,
     role: ListenerRole,
@@ -105,54 +102,15 @@ async fn inference(
         .classified
         .with_label_values(&[entry.as_str(), classification.method.as_str()])
         .inc();
-    // Phases 2 and 3: pick and forward.
-    let connector = state.connector(entry);
-    let mut excluded: Option<String> = None;
-    for attempt in 1..=MAX_ATTEMPTS {
-        let Some(replica) = state.picker.pick(excluded.as_deref()) else {
-            let error = match excluded {
-                None => GatewayError::NoReplica,
-                Some(replica) => GatewayError::UpstreamConnect {
-                    replica,
-                    source: "no other replica to try".into(),
-                },
-            };
-            return (entry, Err(error));
-        };
-        let guard = InFlightGuard::acquire(replica.clone(), classification.prompt_tokens);
-        let upstream_request = rebuild(&parts, full(body.clone()));
-        state.metrics.record_overhead("request", received_at);
-        match connector.send(&replica, upstream_request, None).await {
-            Ok(upstream) => {
-                replica.load.connect_failures.store(0, std::sync::atomic::Ordering::Relaxed);
-                // Phase 4: observe, as the body streams.
-                let proxied = Proxied {
-                    entry,
-                    strategy: connector.strategy(),
-                    received_at,
-                    inference: true,
-                    prompt_tokens: classification.prompt_tokens,
-                    guard,
-                };
-                return (entry, Ok(respond(state, proxied, upstream)));
-            }
-            Err(error) => {
-                if error.retry_allowed() {
-                    replica
-                        .load
-                        .connect_failures
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-                if !error.retry_allowed() || attempt == MAX_ATTEMPTS {
-                    return (entry, Err(error));
-                }
-                tracing::warn!(%error, "retrying on another replica");
-                state.metrics.record_error(entry.as_str(), error.kind_label());
-                excluded = Some(replica.name.clone());
-            }
-        }
-    }
-    unreachable!("the last attempt returns")
+    // Phases 2 and 3: admit, pick and forward (retrying where safe).
+    let classified = Classified {
+        entry,
+        parts: &parts,
+        body: &body,
+        prompt_tokens: classification.prompt_tokens,
+        received_at,
+    };
+    (entry, attempts::forward(state, classified).await)
 }
 
 /// The entry fixed before reading the body: by dedicated listener, else by header.
@@ -166,6 +124,10 @@ fn named_entry(
     let Some(value) = request.headers().get(ENTRY_HEADER) else {
         return Ok(None);
     };
+    // Repeats that disagree could be read differently by another proxy on the path.
+    if request.headers().get_all(ENTRY_HEADER).iter().any(|other| other != value) {
+        return Err(GatewayError::BadHeader("x-laneway-entry"));
+    }
     let name = value.to_str().map_err(|_| GatewayError::BadHeader("x-laneway-entry"))?;
     let entry = name.parse::<Entry>().map_err(GatewayError::UnknownEntry)?;
     Ok(Some((entry, ClassifyMethod::Header)))
@@ -191,7 +153,7 @@ async fn read_body(parts: &Parts, body: Incoming, limit: usize) -> Result<Bytes,
 }
 
 /// A request with the client's method, target and headers and the given body.
-fn rebuild(parts: &Parts, body: ProxyBody) -> Request<ProxyBody> {
+pub(super) fn rebuild(parts: &Parts, body: ProxyBody) -> Request<ProxyBody> {
     let mut request = Request::new(body);
     *request.method_mut() = parts.method.clone();
     *request.uri_mut() = parts.uri.clone();

@@ -66,14 +66,33 @@ impl Picker {
 
     /// Picks a replica, avoiding `exclude` (by name) when another is available.
     pub fn pick(&self, exclude: Option<&str>) -> Option<Arc<Replica>> {
-        let replicas = self.replicas.load();
+        self.pick_within(exclude, u64::MAX)
+    }
+
+    /// Picks among the replicas in rotation with fewer than `limit` requests in flight.
+    /// When none is in rotation, all count as in (Envoy's panic mode: a guess beats a
+    /// certain failure). `None`: every candidate is at its limit, or there is none.
+    pub fn pick_within(&self, exclude: Option<&str>, limit: u64) -> Option<Arc<Replica>> {
+        let all = self.replicas.load();
+        let any_in_rotation = all.iter().any(|r| r.accepts_new_requests());
+        let usable = |r: &Arc<Replica>| {
+            (!any_in_rotation || r.accepts_new_requests()) && r.load.in_flight() < limit
+        };
+        let filtered: Vec<Arc<Replica>>;
+        // Only a degraded or saturated set pays for a filtered copy.
+        let replicas: &[Arc<Replica>] = if all.iter().all(usable) {
+            &all
+        } else {
+            filtered = all.iter().filter(|r| usable(r)).cloned().collect();
+            &filtered
+        };
         let context = PickContext {
             epoch: self.epoch,
             now: Instant::now(),
             fresh_for: self.fresh_for,
             exclude: exclude.and_then(|name| replicas.iter().position(|r| r.name == name)),
         };
-        let index = self.policy.pick(&replicas, &context)?;
+        let index = self.policy.pick(replicas, &context)?;
         Some(replicas[index].clone())
     }
 }

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::gateway::config::ReplicaConfig;
+use crate::gateway::health::ReplicaHealth;
 
 /// A replica and its load.
 #[derive(Debug)]
@@ -15,6 +16,8 @@ pub struct Replica {
     /// Fault domain.
     pub node: String,
     pub load: ReplicaLoad,
+    /// Active checks and passive ejection; never touches `load`.
+    pub health: ReplicaHealth,
 }
 
 impl Replica {
@@ -24,7 +27,13 @@ impl Replica {
             authority: config.authority.clone(),
             node: config.node.clone(),
             load: ReplicaLoad::default(),
+            health: ReplicaHealth::default(),
         }
+    }
+
+    /// Whether the picker may send it new requests. Requests already on it finish.
+    pub fn accepts_new_requests(&self) -> bool {
+        self.health.in_rotation()
     }
 }
 
