@@ -69,14 +69,14 @@ async fn hung_and_slow_replicas_lose_their_traffic_and_others_keep_their_ttft() 
     let _serial = SERIAL.lock().await;
     let sims = start_sims(3, 1).await;
     let gateway = start_gateway(fast_config(&sims)).await;
-    let baseline = Load::start(&gateway, 3, 20, 48).complete().await;
+    let baseline = Load::start(&gateway, 6, 25, 48).complete().await;
     assert!(baseline.iter().all(|o| o.complete));
     let baseline_ttft = median_ttft(&baseline);
 
     // Hung: the health checks time out and take it out before the measured run.
     sims[2].set_fault(Fault::Hang);
     wait_until("hung sim-2 out of rotation", || !in_rotation(&gateway, "sim-2")).await;
-    let hung = Load::start(&gateway, 3, 20, 48).complete().await;
+    let hung = Load::start(&gateway, 6, 25, 48).complete().await;
     assert!(hung.iter().all(|o| o.complete), "{:?}", hung.iter().find(|o| !o.complete));
     assert_eq!(hung.iter().filter(|o| o.replica == "sim-2").count(), 0);
     let hung_ratio = median_ttft(&hung) / baseline_ttft;
@@ -84,7 +84,7 @@ async fn hung_and_slow_replicas_lose_their_traffic_and_others_keep_their_ttft() 
     // Slow: it still passes its checks, but least_queue sees its requests pile up.
     sims[2].set_fault(Fault::Slow { factor: 20.0 });
     wait_until("sim-2 back in rotation", || in_rotation(&gateway, "sim-2")).await;
-    let slow = Load::start(&gateway, 6, 20, 48).complete().await;
+    let slow = Load::start(&gateway, 6, 25, 48).complete().await;
     assert!(slow.iter().all(|o| o.complete));
     let to_slow = slow.iter().filter(|o| o.replica == "sim-2").count();
     let elsewhere: Vec<_> = slow.iter().filter(|o| o.replica != "sim-2").cloned().collect();
@@ -110,7 +110,11 @@ async fn a_reload_under_load_changes_the_replica_set_without_a_failure() {
 
     gateway.reload(fast_config(&sims)).await.unwrap();
     wait_until("sim-2 serving", || sims[2].stats().requests_total >= 3).await;
+    let removed = gateway.state().picker.by_name("sim-0").unwrap();
     gateway.reload(fast_config(&sims[1..])).await.unwrap();
+    // Requests that started before the reload may still reach sim-0: let them finish.
+    load.wait_for_more(12).await;
+    wait_until("sim-0 idle", || removed.load.in_flight() == 0).await;
     let _ = load.drain();
     let removed_total = sims[0].stats().requests_total;
     load.wait_for_more(30).await;
@@ -243,4 +247,89 @@ async fn an_idle_stream_is_ended_and_shutdown_ends_what_the_drain_left_open() {
     assert!(received.contains("shutdown") && received.contains("\"error\""), "{received}");
     tokio::time::timeout(Duration::from_secs(10), shutdown).await.unwrap().unwrap();
     drop((idle_sender, open_sender));
+}
+
+fn sample_or_zero(text: &str, prefix: &str) -> f64 {
+    gateway_support::sample(text, prefix).unwrap_or(0.0)
+}
+
+async fn send_plain(gateway: &laneway::gateway::GatewayHandle, count: usize) -> Vec<u16> {
+    let client = reqwest::Client::new();
+    let mut statuses = Vec::new();
+    for _ in 0..count {
+        let response = client
+            .post(gateway_support::url(gateway, "/v1/chat/completions"))
+            .json(&gateway_support::chat_body(16, 4, false))
+            .send()
+            .await
+            .unwrap();
+        statuses.push(response.status().as_u16());
+    }
+    statuses
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_answering_503_is_retried_elsewhere_then_ejected() {
+    let _serial = SERIAL.lock().await;
+    let sims = start_sims(2, 1).await;
+    sims[1].set_fault(Fault::Unavailable);
+    let mut config = fast_config(&sims);
+    // Only passive ejection may act here: the active checks run once a minute.
+    config.reliability.health.interval = Duration::from_secs(60);
+    let gateway = start_gateway(config).await;
+    let statuses = send_plain(&gateway, 30).await;
+    assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+    let text = gateway.metrics_text();
+    let ejections = "laneway_replica_ejections_total{reason=\"5xx\",replica=\"sim-1\"}";
+    assert!(sample_or_zero(&text, ejections) >= 1.0, "{text}");
+    assert!(sample_or_zero(&text, "laneway_retries_total{outcome=\"sent\"}") >= 1.0);
+    assert_eq!(sample_or_zero(&text, "laneway_replica_healthy{replica=\"sim-1\"}"), 0.0);
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retry_budget_caps_retries_when_every_replica_fails() {
+    let _serial = SERIAL.lock().await;
+    let sims = start_sims(2, 1).await;
+    for sim in &sims {
+        sim.set_fault(Fault::Unavailable);
+    }
+    let mut config = fast_config(&sims);
+    config.reliability.health.interval = Duration::from_secs(60);
+    config.reliability.health.consecutive_failures = 1000;
+    config.reliability.retry.budget_percent = 0;
+    config.reliability.retry.min_per_second = 0;
+    let gateway = start_gateway(config).await;
+    let statuses = send_plain(&gateway, 40).await;
+    // The replicas' own 503s pass through once retrying is no longer allowed.
+    assert!(statuses.iter().all(|&s| s == 503), "{statuses:?}");
+    let text = gateway.metrics_text();
+    let sent = sample_or_zero(&text, "laneway_retries_total{outcome=\"sent\"}");
+    let denied = sample_or_zero(&text, "laneway_retries_total{outcome=\"denied\"}");
+    // The bucket starts with ten retries and earns none: 40 requests, at most 10 retries.
+    assert_eq!(sent, 10.0);
+    assert_eq!(denied, 30.0);
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_config_file() {
+    let _serial = SERIAL.lock().await;
+    let sims = start_sims(2, 1).await;
+    let gateway = start_gateway(fast_config(&sims[..1])).await;
+    let path = std::env::temp_dir().join(format!("laneway-sighup-{}.toml", std::process::id()));
+    let file = format!(
+        "[[replicas]]\nname = \"sim-0\"\nurl = \"http://{}\"\n[[replicas]]\nname = \"sim-1\"\nurl = \"http://{}\"\n",
+        sims[0].addr(),
+        sims[1].addr()
+    );
+    std::fs::write(&path, file).unwrap();
+    let handler = laneway::gateway::reload::spawn_sighup(gateway.reloader(), path.clone()).unwrap();
+    let pid = std::process::id().to_string();
+    let status = std::process::Command::new("kill").args(["-HUP", &pid]).status().unwrap();
+    assert!(status.success());
+    wait_until("two replicas after SIGHUP", || gateway.state().picker.snapshot().len() == 2).await;
+    handler.abort();
+    std::fs::remove_file(&path).unwrap();
+    gateway.shutdown().await;
 }

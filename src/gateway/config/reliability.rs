@@ -258,3 +258,40 @@ impl Default for ReliabilityConfig {
         build(raw, &mut Ranges { report: &mut ignore })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::gateway::config::GatewayConfig;
+    use std::time::Duration;
+
+    #[test]
+    fn sections_parse_and_every_bad_field_is_named() {
+        let config = GatewayConfig::from_toml(
+            "[health]\ninterval_ms = 500\n[admission]\nqueue_size = 0\n[retry]\nmax_attempts = 3\n",
+        )
+        .unwrap();
+        let reliability = config.reliability;
+        assert_eq!(reliability.health.interval, Duration::from_millis(500));
+        assert_eq!(reliability.health.unhealthy_threshold, 2);
+        assert_eq!(reliability.admission.queue_size, 0);
+        assert_eq!(reliability.retry.max_attempts, 3);
+        let error = GatewayConfig::from_toml(
+            "[health]\ninterval_ms = 0\nbase_ejection_ms = 9000\nmax_ejection_ms = 10\n\
+             [limits]\nmax_header_bytes = 100\n[retry]\nbudget_percent = 101\n",
+        )
+        .unwrap_err();
+        let mut paths: Vec<&str> = error.issues.iter().map(|i| i.path.as_str()).collect();
+        paths.sort_unstable();
+        assert_eq!(
+            paths,
+            [
+                "health.interval_ms",
+                "health.max_ejection_ms",
+                "limits.max_header_bytes",
+                "retry.budget_percent"
+            ]
+        );
+        let unknown = GatewayConfig::from_toml("[timeouts]\nheader_ms = 5\n").unwrap_err();
+        assert!(unknown.issues[0].message.contains("unknown field"), "{unknown}");
+    }
+}
