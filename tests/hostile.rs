@@ -233,3 +233,32 @@ fn the_fuzz_corpus_replays_without_a_failure() {
         }
     }
 }
+
+#[tokio::test]
+async fn an_h2_connection_gets_no_more_concurrent_streams_than_the_limit() {
+    let mut stub = gateway_support::start_stub().await;
+    let mut config =
+        gateway_support::loopback_config(vec![gateway_support::replica("stub", stub.addr)]);
+    config.reliability.limits.h2_max_concurrent_streams = 2;
+    let gateway = start_gateway(config).await;
+    let client = reqwest::Client::builder().http2_prior_knowledge().build().unwrap();
+    let url = gateway_support::url(&gateway, "/v1/chat/completions");
+    let requests: Vec<_> = (0..3)
+        .map(|_| {
+            let request = client.post(&url).json(&gateway_support::chat_body(16, 4, true));
+            tokio::spawn(async move { request.send().await.unwrap().text().await.unwrap() })
+        })
+        .collect();
+    let first = stub.streams.recv().await.unwrap();
+    let second = stub.streams.recv().await.unwrap();
+    // The third waits on the client side for a stream slot on the shared connection.
+    let third = tokio::time::timeout(Duration::from_millis(500), stub.streams.recv()).await;
+    assert!(third.is_err(), "a third stream was opened on a connection limited to two");
+    drop((first, second));
+    let third = stub.streams.recv().await.unwrap();
+    drop(third);
+    for request in requests {
+        tokio::time::timeout(Duration::from_secs(10), request).await.unwrap().unwrap();
+    }
+    gateway.shutdown().await;
+}
