@@ -43,6 +43,12 @@ async fn a_killed_replica_fails_no_request_that_had_no_byte_and_rejoins_when_hea
 
     let failed_without_byte = outcomes.iter().filter(|o| o.failed_before_any_byte()).count();
     let cut_mid_stream = outcomes.iter().filter(|o| o.error_event).count();
+    let all_failed_checks = failed_checks(&gateway, "sim-1");
+    println!(
+        "kill: {} requests, {failed_without_byte} failed before a byte, {cut_mid_stream} cut \
+         mid-stream, {checks_to_detect} failed checks before removal ({all_failed_checks} in all)",
+        outcomes.len()
+    );
     assert_eq!(
         failed_without_byte,
         0,

@@ -54,6 +54,7 @@ impl Reloader {
         let previous = self.live.load_full();
         warn_fixed_settings(&previous.config, &config);
         let next = rebuild(&previous, config);
+        forget_removed(&previous, &next);
         let replicas = next.picker.snapshot().len();
         self.live.store(Arc::new(next));
         for scraper in scrapers.drain(..) {
@@ -117,6 +118,17 @@ pub fn rebuild(previous: &GatewayState, config: GatewayConfig) -> GatewayState {
     shared.admission.configure(config.reliability.admission.clone());
     shared.retry_budget.configure(&config.reliability.retry);
     GatewayState::with_shared(config, Arc::new(picker), shared)
+}
+
+/// Drops the per-replica health series of replicas no longer configured.
+fn forget_removed(previous: &GatewayState, next: &GatewayState) {
+    let healthy = &next.shared.reliability_metrics.replica_healthy;
+    for replica in previous.picker.snapshot().iter() {
+        if next.picker.by_name(&replica.name).is_none() {
+            let _ = healthy.remove_label_values(&[&replica.name]);
+            tracing::info!(replica = %replica.name, "replica removed by reload");
+        }
+    }
 }
 
 fn spawn_scrapers(state: &GatewayState) -> Vec<JoinHandle<()>> {

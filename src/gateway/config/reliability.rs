@@ -90,7 +90,8 @@ pub struct RetryConfig {
 pub struct TimeoutConfig {
     /// A client must send its request headers within this (slowloris).
     pub client_header: Duration,
-    /// Request sent to response headers.
+    /// Request sent to response headers; for a non-streaming request that is its whole
+    /// generation, hence the generous default.
     pub first_byte: Duration,
     /// Longest gap between two body chunks of a response.
     pub idle: Duration,
@@ -201,7 +202,7 @@ pub fn build(raw: RawReliability<'_>, ranges: &mut Ranges<'_>) -> ReliabilityCon
     let t = raw.timeouts;
     let timeouts = TimeoutConfig {
         client_header: ranges.millis("timeouts.client_header_ms", t.client_header_ms, 10_000),
-        first_byte: ranges.millis("timeouts.first_byte_ms", t.first_byte_ms, 120_000),
+        first_byte: ranges.millis("timeouts.first_byte_ms", t.first_byte_ms, 300_000),
         idle: ranges.millis("timeouts.idle_ms", t.idle_ms, 60_000),
         total: ranges.millis("timeouts.total_ms", t.total_ms, 1_800_000),
     };
