@@ -16,8 +16,9 @@ pub struct ReplicaHealth {
     pub(super) ejections: AtomicU32,
     /// The active checks found it down.
     pub(super) check_down: AtomicBool,
-    /// Active checks passed (positive) or failed (negative) in a row.
+    /// Active checks passed in a row.
     pub(super) check_streak: AtomicU32,
+    /// Active checks failed in a row.
     pub(super) check_failures: AtomicU32,
     /// What the last health report said, so changes are logged once.
     pub(super) reported_out: AtomicBool,
