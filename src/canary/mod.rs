@@ -89,8 +89,13 @@ impl CanaryRecorder {
         answer.await.ok()
     }
 
-    pub async fn set_layout(&self, layout: Layout) {
-        let _ = self.commands.send(Command::SetLayout(layout)).await;
+    /// Replaces the entries and variants the report lists (after a reload). Ordered after
+    /// every outcome recorded before it; if the recorder is that far behind, the change is
+    /// dropped with a warning.
+    pub fn set_layout(&self, layout: Layout) {
+        if self.commands.try_send(Command::SetLayout(layout)).is_err() {
+            tracing::warn!("canary recorder is behind: report layout not updated");
+        }
     }
 
     pub async fn set_slo(&self, slo: Slo) {

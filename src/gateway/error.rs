@@ -47,9 +47,22 @@ pub enum GatewayError {
         #[source]
         source: BoxError,
     },
+    /// Upstream: the connection closed before any response byte (the replica died or
+    /// restarted). It produced nothing the client could have seen, so a retry on another
+    /// replica cannot duplicate output (HAProxy's `retry-on empty-response`).
+    #[error("replica `{replica}` closed the connection before answering: {source}")]
+    UpstreamClosed {
+        replica: String,
+        #[source]
+        source: BoxError,
+    },
     /// Upstream: the request was sent and no response headers came in time.
     #[error("replica `{replica}` sent no response within {after:?}")]
     UpstreamTimeout { replica: String, after: std::time::Duration },
+    /// Overload: every candidate stayed saturated until the queue deadline, or the queue
+    /// was full.
+    #[error("every replica is saturated; retry in {retry_after_secs} s")]
+    Overloaded { retry_after_secs: u64 },
     /// Upstream: the request was sent, the replica did not answer properly.
     #[error("replica `{replica}` failed: {source}")]
     UpstreamReset {
@@ -74,12 +87,14 @@ impl GatewayError {
             Self::UpstreamConnect { .. } => "upstream_connect",
             Self::UpstreamReset { .. } => "upstream_reset",
             Self::UpstreamTimeout { .. } => "upstream_timeout",
+            Self::UpstreamClosed { .. } => "upstream_closed",
+            Self::Overloaded { .. } => "overloaded",
         }
     }
 
     /// Whether the request may be sent to another replica: only when this one never saw it.
     pub fn retry_allowed(&self) -> bool {
-        matches!(self, Self::UpstreamConnect { .. })
+        matches!(self, Self::UpstreamConnect { .. } | Self::UpstreamClosed { .. })
     }
 
     fn api_kind(&self) -> ErrorKind {
@@ -94,8 +109,11 @@ impl GatewayError {
             Self::MethodNotAllowed { .. } => ErrorKind::MethodNotAllowed,
             Self::NoReplica => ErrorKind::Unavailable,
             Self::Unauthorized(_) => ErrorKind::Unauthorized,
-            Self::UpstreamConnect { .. } | Self::UpstreamReset { .. } => ErrorKind::BadGateway,
+            Self::UpstreamConnect { .. }
+            | Self::UpstreamReset { .. }
+            | Self::UpstreamClosed { .. } => ErrorKind::BadGateway,
             Self::UpstreamTimeout { .. } => ErrorKind::GatewayTimeout,
+            Self::Overloaded { .. } => ErrorKind::TooManyRequests,
         }
     }
 
@@ -112,6 +130,9 @@ impl GatewayError {
         if let Self::Unauthorized(_) = self {
             let challenge = http::HeaderValue::from_static("Bearer");
             response.headers_mut().insert(http::header::WWW_AUTHENTICATE, challenge);
+        }
+        if let Self::Overloaded { retry_after_secs } = self {
+            response.headers_mut().insert(http::header::RETRY_AFTER, retry_after_secs.into());
         }
         response
     }
@@ -137,6 +158,15 @@ mod tests {
             ),
             (GatewayError::UnknownReplica("r".into()), 404, false),
             (GatewayError::NoReplica, 503, false),
+            (GatewayError::Overloaded { retry_after_secs: 2 }, 429, false),
+            (
+                GatewayError::UpstreamTimeout {
+                    replica: "r".into(),
+                    after: std::time::Duration::from_millis(1),
+                },
+                504,
+                false,
+            ),
             (
                 GatewayError::UpstreamConnect { replica: "r".into(), source: "refused".into() },
                 502,

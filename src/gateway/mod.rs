@@ -1,11 +1,13 @@
 //! `laneway serve`: the gateway. A request's path reads by folder:
 //! [`listen`] (accept, route) -> [`classify`] (which entry) -> [`pick`] (which replica) ->
-//! [`forward`] (which connection) -> [`observe`] (what it cost). [`config`] is read once at
-//! start; [`variants`] assigns canary variants; [`admin`] serves `/metrics`, `/health`, the
-//! admin API and the status page.
+//! [`forward`] (which connection) -> [`observe`] (what it cost). [`config`] is validated
+//! once per load; [`reload`] switches it atomically; [`health`] and [`admission`] decide
+//! which replicas take requests and how many; [`variants`] assigns canary variants;
+//! [`admin`] serves `/metrics`, `/health`, the admin API and the status page.
 
 pub mod access_log;
 pub mod admin;
+pub mod admission;
 pub mod auth;
 pub mod body;
 pub mod classify;
@@ -15,9 +17,11 @@ pub mod discovery;
 pub mod entry;
 pub mod error;
 pub mod forward;
+pub mod health;
 pub mod listen;
 pub mod observe;
 pub mod pick;
+pub mod reload;
 pub mod request_id;
 pub mod state;
 pub mod tls;
@@ -29,6 +33,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
+use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -36,7 +41,8 @@ use tokio::task::JoinHandle;
 pub use config::GatewayConfig;
 pub use entry::{Entry, Strategy};
 use listen::ListenerRole;
-use state::GatewayState;
+use reload::{LiveState, ReloadError, Reloader};
+use state::{GatewayState, Shared};
 
 /// `laneway serve` arguments.
 #[derive(Debug, Default, clap::Args)]
@@ -60,10 +66,13 @@ pub struct GatewayHandle {
     addr: SocketAddr,
     admin_addr: SocketAddr,
     entry_addrs: HashMap<Entry, SocketAddr>,
-    state: Arc<GatewayState>,
+    reloader: Arc<Reloader>,
     stop: watch::Sender<bool>,
+    abort_streams: watch::Sender<bool>,
     listeners: Vec<JoinHandle<()>>,
-    scrapers: Vec<JoinHandle<()>>,
+    health_checks: JoinHandle<()>,
+    /// The discovery task, when a `[discovery]` source owns the replica set.
+    discovery: Option<JoinHandle<()>>,
     tls: Option<Arc<tls::ServerTls>>,
 }
 
@@ -84,12 +93,17 @@ impl GatewayHandle {
 
     /// Requests in flight on a replica (until their bodies end); 0 for an unknown name.
     pub fn replica_in_flight(&self, name: &str) -> u64 {
-        self.state.picker.by_name(name).map_or(0, |replica| replica.load.in_flight())
+        self.state().picker.by_name(name).map_or(0, |replica| replica.load.in_flight())
+    }
+
+    /// The current request-path state (it changes on reload).
+    pub fn state(&self) -> Arc<GatewayState> {
+        self.reloader.live().load_full()
     }
 
     /// Refused connections and failed scrapes of a replica since its last success.
     pub fn replica_failures(&self, name: &str) -> u64 {
-        self.state.picker.by_name(name).map_or(0, |replica| replica.load.failures())
+        self.state().picker.by_name(name).map_or(0, |replica| replica.load.failures())
     }
 
     /// Reads the listeners' certificate and key files again (new connections get them).
@@ -99,24 +113,55 @@ impl GatewayHandle {
 
     /// Names of the replicas currently in the set (static and discovered).
     pub fn replica_names(&self) -> Vec<String> {
-        self.state.picker.snapshot().iter().map(|replica| replica.name.clone()).collect()
+        self.state().picker.snapshot().iter().map(|replica| replica.name.clone()).collect()
     }
 
     /// The Prometheus text the admin listener would serve.
     pub fn metrics_text(&self) -> String {
-        self.state.metrics.render(&self.state.picker)
+        admin::render_metrics(&self.state())
     }
 
-    /// Stops accepting, drains open requests up to the configured deadline, stops scraping.
+    /// Switches to `config` atomically; requests in flight finish on the old settings.
+    pub async fn reload(&self, config: GatewayConfig) -> Result<(), ReloadError> {
+        self.reloader.apply(config).await
+    }
+
+    /// Reloads from a file; an invalid file is refused (every problem logged).
+    pub async fn reload_file(&self, path: &std::path::Path) -> Result<(), ReloadError> {
+        self.reloader.apply_file(path).await
+    }
+
+    /// The reloader, for a SIGHUP handler.
+    pub fn reloader(&self) -> Arc<Reloader> {
+        self.reloader.clone()
+    }
+
+    /// Stops accepting and drains open requests up to the configured deadline; streams
+    /// still open then end with an error event and `data: [DONE]`.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         for listener in self.listeners {
             let _ = listener.await;
         }
-        for scraper in self.scrapers {
-            scraper.abort();
+        // Each listener waited up to the drain deadline: whatever is left is cut now.
+        let _ = self.abort_streams.send(true);
+        let state = self.reloader.live().load_full();
+        for _ in 0..200 {
+            if state.shared.admission.in_flight() == 0 && all_idle(&state) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
+        self.health_checks.abort();
+        if let Some(discovery) = self.discovery {
+            discovery.abort();
+        }
+        self.reloader.stop().await;
     }
+}
+
+fn all_idle(state: &GatewayState) -> bool {
+    state.picker.snapshot().iter().all(|replica| replica.load.in_flight() == 0)
 }
 
 /// Binds every listener and starts serving.
@@ -132,7 +177,11 @@ pub async fn spawn(config: GatewayConfig) -> anyhow::Result<GatewayHandle> {
     }
     let tls = config.tls.as_ref().map(tls::ServerTls::load).transpose()?.map(Arc::new);
     let acceptor = tls.as_ref().map(|tls| tls.acceptor());
-    let state = Arc::new(GatewayState::new(config));
+    let (abort_streams, aborted) = watch::channel(false);
+    let shared = Shared::new(&config, aborted);
+    let picker = Arc::new(pick::Picker::new(&config));
+    let live: Arc<LiveState> =
+        Arc::new(ArcSwap::from_pointee(GatewayState::with_shared(config, picker, shared)));
     let (stop, stopped) = watch::channel(false);
     let addr = smart.local_addr()?;
     let admin_addr = admin.local_addr()?;
@@ -140,7 +189,7 @@ pub async fn spawn(config: GatewayConfig) -> anyhow::Result<GatewayHandle> {
     let mut listeners = vec![tokio::spawn(listen::serve(
         smart,
         ListenerRole::Smart,
-        state.clone(),
+        live.clone(),
         stopped.clone(),
         drain,
         acceptor.clone(),
@@ -151,14 +200,14 @@ pub async fn spawn(config: GatewayConfig) -> anyhow::Result<GatewayHandle> {
         listeners.push(tokio::spawn(listen::serve(
             listener,
             role,
-            state.clone(),
+            live.clone(),
             stopped.clone(),
             drain,
             acceptor.clone(),
         )));
     }
     let mut admin_stopped = stopped.clone();
-    let admin_router = admin::router(state.clone());
+    let admin_router = admin::router(live.clone());
     listeners.push(tokio::spawn(async move {
         let shutdown = async move {
             let _ = admin_stopped.wait_for(|stop| *stop).await;
@@ -169,19 +218,30 @@ pub async fn spawn(config: GatewayConfig) -> anyhow::Result<GatewayHandle> {
             tracing::error!(%error, "admin listener failed");
         }
     }));
-    let replicas = state.picker.snapshot();
-    let scrapers = if state.config.discovery.is_active() {
-        // Discovery owns the replica set and one scraper per replica in it.
-        vec![discovery::spawn(
+    let state = live.load_full();
+    // Discovery owns the replica set it finds and one scraper per replica in it.
+    let discovery = state.config.discovery.is_active().then(|| {
+        discovery::spawn(
             state.picker.clone(),
             state.config.replicas.clone(),
             &state.config.discovery,
             state.config.scrape_interval,
-        )]
-    } else {
-        pick::scrape::spawn_scrapers(&replicas, state.picker.epoch, state.config.scrape_interval)
-    };
-    Ok(GatewayHandle { addr, admin_addr, entry_addrs, state, stop, listeners, scrapers, tls })
+        )
+    });
+    let health_checks = health::active::spawn(live.clone());
+    let reloader = Arc::new(Reloader::new(live));
+    Ok(GatewayHandle {
+        addr,
+        admin_addr,
+        entry_addrs,
+        reloader,
+        stop,
+        abort_streams,
+        listeners,
+        health_checks,
+        discovery,
+        tls,
+    })
 }
 
 async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
@@ -228,7 +288,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let gateway = spawn(config).await?;
     let _tls_reload = gateway.tls.clone().map(tls::reload_on_sighup).transpose()?;
     print_banner(&gateway, !sims.is_empty());
+    let hangups = match &args.config {
+        Some(path) => Some(reload::spawn_sighup(gateway.reloader(), path.clone())?),
+        None => None,
+    };
     wait_for_signal().await?;
+    if let Some(hangups) = hangups {
+        hangups.abort();
+    }
     tracing::info!("shutting down: draining open requests");
     gateway.shutdown().await;
     demo::stop_replicas(sims).await;
@@ -246,7 +313,7 @@ fn print_banner(gateway: &GatewayHandle, demo: bool) {
             println!("{entry} entry on http://{entry_addr}");
         }
     }
-    for replica in gateway.state.picker.snapshot().iter() {
+    for replica in gateway.state().picker.snapshot().iter() {
         let kind = if demo { "simulated h20-tp4 replica" } else { "replica" };
         println!("{kind} {} at http://{} (node {})", replica.name, replica.authority, replica.node);
     }

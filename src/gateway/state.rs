@@ -1,45 +1,104 @@
 //! What every request handler shares: the validated config, the picker, one connector per
-//! entry, the canary variants and recorder, and the metrics. Built once at start; what
-//! changes at run time (load figures, drain flags, variant weights) is atomic or `ArcSwap`.
+//! entry, the canary variants, and the metrics. Read-only once built: a reload builds a
+//! new state (see [`crate::gateway::reload`]) that keeps the [`Shared`] parts and the
+//! replicas by name; what changes between reloads (load figures, drain flags, variant
+//! weights) is atomic or `ArcSwap`.
 
 use std::sync::Arc;
 
+use tokio::sync::watch;
+
 use crate::canary::{CanaryRecorder, CanarySettings, CompareSettings};
+use crate::gateway::admission::Admission;
 use crate::gateway::config::GatewayConfig;
 use crate::gateway::entry::Entry;
 use crate::gateway::forward::Connector;
+use crate::gateway::forward::retry::RetryBudget;
+use crate::gateway::health::{HealthTracker, ReliabilityMetrics};
 use crate::gateway::observe::GatewayMetrics;
 use crate::gateway::pick::Picker;
 use crate::gateway::variants::Variants;
+
+/// The parts that outlive a reload: counters, queues and budgets must not restart at zero.
+#[derive(Clone)]
+pub struct Shared {
+    pub metrics: Arc<GatewayMetrics>,
+    pub reliability_metrics: Arc<ReliabilityMetrics>,
+    pub admission: Arc<Admission>,
+    pub retry_budget: Arc<RetryBudget>,
+    /// Turns true when the drain deadline passed: open streams end with an error event.
+    pub abort_streams: watch::Receiver<bool>,
+    /// The canary comparison keeps its samples across reloads.
+    pub canary: CanaryRecorder,
+}
+
+impl Shared {
+    pub fn new(config: &GatewayConfig, abort_streams: watch::Receiver<bool>) -> Self {
+        let metrics = Arc::new(GatewayMetrics::new());
+        let reliability_metrics = Arc::new(ReliabilityMetrics::new(metrics.registry()));
+        let reliability = &config.reliability;
+        Self {
+            admission: Arc::new(Admission::new(
+                reliability.admission.clone(),
+                reliability_metrics.clone(),
+            )),
+            retry_budget: Arc::new(RetryBudget::new(&reliability.retry)),
+            metrics,
+            reliability_metrics,
+            abort_streams,
+            canary: CanaryRecorder::spawn(
+                CanarySettings {
+                    window: config.canary.window,
+                    slo: config.canary.slo,
+                    compare: CompareSettings::default(),
+                },
+                Vec::new(),
+            ),
+        }
+    }
+}
 
 pub struct GatewayState {
     pub config: GatewayConfig,
     pub picker: Arc<Picker>,
     pub metrics: Arc<GatewayMetrics>,
     pub variants: Variants,
-    pub canary: CanaryRecorder,
+    pub health: Arc<HealthTracker>,
+    pub shared: Shared,
     short: Connector,
     long: Connector,
     debug: Connector,
 }
 
 impl GatewayState {
-    /// Builds the state; must run inside a tokio runtime (the canary recorder is a task).
+    /// A state of its own, whose streams nothing aborts (the watchdog reads a closed abort
+    /// channel as "never"): for tests and tools. Must run inside a tokio runtime (the
+    /// canary recorder is a task).
     pub fn new(config: GatewayConfig) -> Self {
+        let (_abort, aborted) = watch::channel(false);
+        let shared = Shared::new(&config, aborted);
+        let picker = Arc::new(Picker::new(&config));
+        Self::with_shared(config, picker, shared)
+    }
+
+    /// Builds a state around `picker`, reusing `shared`.
+    pub fn with_shared(config: GatewayConfig, picker: Arc<Picker>, shared: Shared) -> Self {
         let connector = |entry| {
             Connector::new(config.entry(entry), config.connect_timeout, config.header_timeout)
         };
+        let health = Arc::new(HealthTracker::new(
+            picker.clone(),
+            config.reliability.health.clone(),
+            shared.reliability_metrics.clone(),
+        ));
         let variants = Variants::new(&config);
-        let settings = CanarySettings {
-            window: config.canary.window,
-            slo: config.canary.slo,
-            compare: CompareSettings::default(),
-        };
+        shared.canary.set_layout(variants.layout());
         Self {
-            canary: CanaryRecorder::spawn(settings, variants.layout()),
+            picker,
+            metrics: shared.metrics.clone(),
             variants,
-            picker: Arc::new(Picker::new(&config)),
-            metrics: Arc::new(GatewayMetrics::new()),
+            health,
+            shared,
             short: connector(Entry::Short),
             long: connector(Entry::Long),
             debug: connector(Entry::Debug),

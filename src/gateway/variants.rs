@@ -13,6 +13,7 @@ use crate::canary::{AssignError, Layout, VariantTable, WeightedVariant};
 use crate::gateway::config::{EntryConfig, GatewayConfig};
 use crate::gateway::entry::{Entry, Strategy};
 use crate::gateway::forward::Connector;
+use crate::gateway::observe::GatewayMetrics;
 use crate::gateway::pick::{Picker, Policy, Replica, new_policy};
 
 /// The header a request id is read from when no sticky header is configured or present.
@@ -31,13 +32,11 @@ pub struct Variant {
 }
 
 impl Variant {
-    /// A replica of this variant's pool that accepts new requests, never `exclude`.
-    pub fn pick(&self, picker: &Picker, exclude: Option<&str>) -> Option<Arc<Replica>> {
-        match &self.policy {
-            None if self.members.is_none() => picker.pick(exclude),
-            None => picker.pick_in(picker.policy(), self.members.as_deref(), exclude),
-            Some(policy) => picker.pick_in(policy.as_ref(), self.members.as_deref(), exclude),
-        }
+    /// A replica of this variant's pool that accepts new requests and has fewer than
+    /// `limit` in flight, never `exclude`.
+    pub fn pick(&self, picker: &Picker, exclude: Option<&str>, limit: u64) -> Option<Arc<Replica>> {
+        let policy = self.policy.as_deref().unwrap_or(picker.policy());
+        picker.pick_in(policy, self.members.as_deref(), exclude, limit)
     }
 
     /// The policy's name as configured (`None`: the global one).
@@ -161,6 +160,25 @@ impl Variants {
                 let n = self.anonymous.fetch_add(1, Ordering::Relaxed);
                 format!("request-{n}").into_bytes()
             })
+    }
+
+    /// The variant a request is served by: the one its sticky key is assigned to, or the
+    /// entry's baseline when that variant's pool has no replica accepting new requests
+    /// (counted in `laneway_canary_fallbacks_total`).
+    pub fn choose(
+        &self,
+        entry: Entry,
+        headers: &HeaderMap,
+        picker: &Picker,
+        metrics: &GatewayMetrics,
+    ) -> &Variant {
+        let entry_variants = self.of(entry);
+        let assigned = &entry_variants.variants[entry_variants.assign(&self.sticky_key(headers))];
+        if assigned.pool.is_none() || picker.any_accepting(assigned.members.as_deref()) {
+            return assigned;
+        }
+        metrics.canary_fallbacks.with_label_values(&[entry.as_str(), &assigned.name]).inc();
+        &entry_variants.variants[0]
     }
 
     /// The entries and variant names the canary report lists.

@@ -16,6 +16,8 @@ use axum::http::header::CONTENT_TYPE;
 use axum::response::{Html, IntoResponse, Json, Response};
 use axum::routing::{get, post, put};
 
+use crate::gateway::health::headroom;
+use crate::gateway::reload::LiveState;
 use crate::gateway::state::GatewayState;
 use crate::openai::ApiError;
 use auth::{Access, authorize};
@@ -23,7 +25,7 @@ use auth::{Access, authorize};
 /// The status page: plain HTML and a little JavaScript, no build step, no external assets.
 const STATUS_PAGE: &str = include_str!("status.html");
 
-pub fn router(state: Arc<GatewayState>) -> Router {
+pub fn router(live: Arc<LiveState>) -> Router {
     Router::new()
         .route("/", get(status_page))
         .route("/metrics", get(metrics))
@@ -34,7 +36,7 @@ pub fn router(state: Arc<GatewayState>) -> Router {
         .route("/admin/variants", get(variants::list))
         .route("/admin/variants/{entry}", put(variants::set_weights))
         .route("/admin/canary", get(variants::report))
-        .with_state(state)
+        .with_state(live)
 }
 
 /// An [`ApiError`] as an axum response, in the OpenAI error shape.
@@ -53,23 +55,35 @@ fn refusal(
 }
 
 async fn status_page(
-    State(state): State<Arc<GatewayState>>,
+    State(live): State<Arc<LiveState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
 ) -> Response {
+    let state = live.load_full();
     if let Some(refused) = refusal(&state, peer, &headers, Access::Read) {
         return refused;
     }
     Html(STATUS_PAGE).into_response()
 }
 
-async fn metrics(State(state): State<Arc<GatewayState>>) -> impl IntoResponse {
-    let text = state.metrics.render(&state.picker);
+async fn metrics(State(live): State<Arc<LiveState>>) -> impl IntoResponse {
+    let text = render_metrics(&live.load());
     ([(CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }
 
+/// The exposition, with the N-1 headroom computed from the current replica set.
+pub fn render_metrics(state: &GatewayState) -> String {
+    let capacity = state.shared.admission.limits().max_in_flight_per_replica;
+    let figures = headroom::n_minus_one(&state.picker.snapshot(), capacity);
+    let reliability = &state.shared.reliability_metrics;
+    reliability.n_minus_one_headroom.set(figures.n_minus_one);
+    reliability.largest_fault_domain_replicas.set(figures.largest_fault_domain_replicas as i64);
+    state.metrics.render(&state.picker)
+}
+
 /// 200 with each replica's in-flight count and scrape age.
-async fn health(State(state): State<Arc<GatewayState>>) -> impl IntoResponse {
+async fn health(State(live): State<Arc<LiveState>>) -> impl IntoResponse {
+    let state = live.load_full();
     let now = std::time::Instant::now();
     let replicas: Vec<_> = state
         .picker
@@ -81,6 +95,7 @@ async fn health(State(state): State<Arc<GatewayState>>) -> impl IntoResponse {
                 "name": replica.name,
                 "node": replica.node,
                 "in_flight": replica.load.in_flight(),
+                "in_rotation": replica.accepts_new_requests(),
                 "recent_failures": replica.load.failures(),
                 "scrape_age_seconds": age.map(|a| a.as_secs_f64()),
                 "draining": replica.is_draining(),

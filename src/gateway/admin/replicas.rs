@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use super::auth::Access;
 use super::{error_response, refusal};
 use crate::gateway::pick::Replica;
+use crate::gateway::reload::LiveState;
 use crate::gateway::state::GatewayState;
 use crate::openai::{ApiError, ErrorKind};
 
@@ -47,10 +48,11 @@ fn describe(state: &GatewayState, replica: &Replica, now: Instant) -> Value {
 }
 
 pub(super) async fn list(
-    State(state): State<Arc<GatewayState>>,
+    State(live): State<Arc<LiveState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
 ) -> Response {
+    let state = live.load_full();
     if let Some(refused) = refusal(&state, peer, &headers, Access::Read) {
         return refused;
     }
@@ -61,20 +63,22 @@ pub(super) async fn list(
 }
 
 pub(super) async fn drain(
-    State(state): State<Arc<GatewayState>>,
+    State(live): State<Arc<LiveState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Response {
+    let state = live.load_full();
     set_draining(&state, peer, &headers, &name, true)
 }
 
 pub(super) async fn undrain(
-    State(state): State<Arc<GatewayState>>,
+    State(live): State<Arc<LiveState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Response {
+    let state = live.load_full();
     set_draining(&state, peer, &headers, &name, false)
 }
 

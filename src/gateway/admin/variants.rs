@@ -17,6 +17,7 @@ use super::auth::Access;
 use super::{error_response, refusal};
 use crate::canary::render_text;
 use crate::gateway::entry::Entry;
+use crate::gateway::reload::LiveState;
 use crate::gateway::state::GatewayState;
 use crate::gateway::variants::EntryVariants;
 use crate::openai::{ApiError, ErrorKind};
@@ -60,10 +61,11 @@ fn describe(state: &GatewayState, entry: &EntryVariants) -> Value {
 }
 
 pub(super) async fn list(
-    State(state): State<Arc<GatewayState>>,
+    State(live): State<Arc<LiveState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
 ) -> Response {
+    let state = live.load_full();
     if let Some(refused) = refusal(&state, peer, &headers, Access::Read) {
         return refused;
     }
@@ -73,12 +75,13 @@ pub(super) async fn list(
 }
 
 pub(super) async fn set_weights(
-    State(state): State<Arc<GatewayState>>,
+    State(live): State<Arc<LiveState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(entry): Path<String>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let state = live.load_full();
     if let Some(refused) = refusal(&state, peer, &headers, Access::Write) {
         return refused;
     }
@@ -105,15 +108,16 @@ pub(super) async fn set_weights(
 }
 
 pub(super) async fn report(
-    State(state): State<Arc<GatewayState>>,
+    State(live): State<Arc<LiveState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Response {
+    let state = live.load_full();
     if let Some(refused) = refusal(&state, peer, &headers, Access::Read) {
         return refused;
     }
-    let Some(report) = state.canary.report().await else {
+    let Some(report) = state.shared.canary.report().await else {
         return error_response(ApiError::new(ErrorKind::Internal, "canary recorder stopped"));
     };
     let wants_text = query.get("format").is_some_and(|format| format == "text")

@@ -4,6 +4,7 @@
 
 mod canary;
 mod raw;
+pub mod reliability;
 mod validate;
 
 use std::net::SocketAddr;
@@ -113,6 +114,8 @@ pub struct GatewayConfig {
     pub auth: Option<ApiKeys>,
     /// Replica sources beyond `[[replicas]]` (`[discovery]`).
     pub discovery: DiscoveryConfig,
+    /// Health, retries, timeouts, admission and limits.
+    pub reliability: reliability::ReliabilityConfig,
 }
 
 /// The configuration used when none is given; replicas are added by the caller.

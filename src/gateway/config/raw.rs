@@ -3,6 +3,8 @@
 
 use serde::Deserialize;
 
+use super::reliability::{RawAdmission, RawHealth, RawLimits, RawRetry, RawTimeouts};
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
@@ -31,6 +33,16 @@ pub struct RawConfig {
     pub auth: Option<crate::gateway::auth::RawAuth>,
     #[serde(default)]
     pub discovery: crate::gateway::discovery::RawDiscovery,
+    #[serde(default)]
+    pub health: RawHealth,
+    #[serde(default)]
+    pub retry: RawRetry,
+    #[serde(default)]
+    pub timeouts: RawTimeouts,
+    #[serde(default)]
+    pub admission: RawAdmission,
+    #[serde(default)]
+    pub limits: RawLimits,
 }
 
 #[derive(Debug, Default, Deserialize)]

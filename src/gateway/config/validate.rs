@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::canary;
 use super::raw::{RawConfig, RawEntry, RawReplica};
+use super::reliability::{self, Ranges, RawReliability, ReliabilityConfig};
 use super::{EntryConfig, GatewayConfig, PolicyKind, ReplicaConfig};
 use crate::gateway::auth::ApiKeys;
 use crate::gateway::discovery::DiscoveryConfig;
@@ -178,6 +179,7 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
             }
             DiscoveryConfig::default()
         }),
+        reliability: reliability_section(&raw, issues),
     };
     if !raw.entries.debug.variants.is_empty() {
         issues
@@ -185,6 +187,18 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
     }
     check_distinct_listeners(&config, issues);
     config
+}
+
+fn reliability_section(raw: &RawConfig, issues: &mut Issues) -> ReliabilityConfig {
+    let sections = RawReliability {
+        health: &raw.health,
+        retry: &raw.retry,
+        timeouts: &raw.timeouts,
+        admission: &raw.admission,
+        limits: &raw.limits,
+    };
+    let mut report = |path: String, message: String| issues.add(path, message);
+    reliability::build(sections, &mut Ranges { report: &mut report })
 }
 
 fn entry(

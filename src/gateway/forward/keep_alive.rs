@@ -37,8 +37,13 @@ impl KeepAlive {
     ) -> Result<Response<Incoming>, GatewayError> {
         self.client.request(request).await.map_err(|error| {
             let replica = replica.to_string();
+            let closed = std::error::Error::source(&error)
+                .and_then(|source| source.downcast_ref::<hyper::Error>())
+                .is_some_and(|error| !error.is_parse() && !error.is_user());
             if error.is_connect() {
                 GatewayError::UpstreamConnect { replica, source: error.into() }
+            } else if closed {
+                GatewayError::UpstreamClosed { replica, source: error.into() }
             } else {
                 GatewayError::UpstreamReset { replica, source: error.into() }
             }

@@ -5,6 +5,7 @@ pub mod debug;
 pub mod force_close;
 pub mod keep_alive;
 pub mod request;
+pub mod retry;
 pub mod spread;
 
 use std::time::Duration;
@@ -99,11 +100,15 @@ impl Connector {
     }
 }
 
-/// Classifies a failure on a held connection: a request that never left may be retried.
+/// Classifies a failure on a held connection before any response byte: a request that
+/// never left may be retried, and so may one whose connection closed or reset before the
+/// replica answered anything; a malformed answer may not.
 fn upstream_error(replica: &str, error: hyper::Error) -> GatewayError {
     let replica = replica.to_string();
     if error.is_canceled() {
         GatewayError::UpstreamConnect { replica, source: error.into() }
+    } else if !error.is_parse() && !error.is_user() {
+        GatewayError::UpstreamClosed { replica, source: error.into() }
     } else {
         GatewayError::UpstreamReset { replica, source: error.into() }
     }

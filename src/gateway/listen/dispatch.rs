@@ -15,9 +15,10 @@ use hyper::body::Incoming;
 use tracing::Instrument;
 
 use super::ListenerRole;
+use super::attempts::{self, Forwarding};
 use super::respond::{ENTRY_HEADER, Proxied, REPLICA_HEADER, respond, tag};
 use crate::gateway::access_log::{self, AccessContext, AccessRecord};
-use crate::gateway::body::{ProxyBody, boxed, full};
+use crate::gateway::body::{ProxyBody, boxed};
 use crate::gateway::classify::{self, Classification, ClassifyMethod};
 use crate::gateway::entry::Entry;
 use crate::gateway::error::GatewayError;
@@ -27,10 +28,6 @@ use crate::gateway::pick::InFlightGuard;
 use crate::gateway::request_id::{self, REQUEST_ID_HEADER};
 use crate::gateway::state::GatewayState;
 use crate::openai::request::Endpoint;
-
-/// Attempts per inference request: a second replica is tried only when the first refused
-/// the connection (nothing was sent, so a retry cannot run the request twice).
-const MAX_ATTEMPTS: usize = 2;
 
 /// Serves one request under its request id (accepted or created, sent upstream, returned
 /// on the response, in every log line of the request and in its access line).
@@ -133,7 +130,7 @@ fn route(role: ListenerRole, request: &Request<Incoming>) -> Route {
     }
 }
 
-/// Inference: classify -> pick -> forward -> observe.
+/// Inference: classify, then admit, pick and forward, then observe.
 async fn inference(
     state: &Arc<GatewayState>,
     role: ListenerRole,
@@ -193,65 +190,17 @@ async fn pick_and_forward(
 ) -> Result<Response<ProxyBody>, GatewayError> {
     let Classified { parts, body, classification } = classified;
     let entry = classification.entry;
-    // Assign a canary variant, then pick in its pool and forward its way.
-    let variants = state.variants.of(entry);
-    let assigned = variants.assign(&state.variants.sticky_key(&parts.headers));
-    let mut excluded: Option<String> = None;
-    for attempt in 1..=MAX_ATTEMPTS {
-        let mut variant = &variants.variants[assigned];
-        let mut picked = variant.pick(&state.picker, excluded.as_deref());
-        if picked.is_none() && assigned != 0 {
-            // The variant's pool is empty or out of rotation: the baseline serves it.
-            state
-                .metrics
-                .canary_fallbacks
-                .with_label_values(&[entry.as_str(), &variant.name])
-                .inc();
-            variant = &variants.variants[0];
-            picked = variant.pick(&state.picker, excluded.as_deref());
-        }
-        let connector = &variant.connector;
-        let Some(replica) = picked else {
-            return Err(match excluded {
-                None => GatewayError::NoReplica,
-                Some(replica) => GatewayError::UpstreamConnect {
-                    replica,
-                    source: "no other replica to try".into(),
-                },
-            });
-        };
-        let guard = InFlightGuard::acquire(replica.clone(), classification.prompt_tokens);
-        let upstream_request = rebuild(&parts, full(body.clone()));
-        state.metrics.record_overhead("request", received_at);
-        match connector.send(&replica, upstream_request, None).await {
-            Ok(upstream) => {
-                replica.load.clear_failures();
-                let proxied = Proxied {
-                    entry,
-                    strategy: connector.strategy(),
-                    variant: variant.name.clone(),
-                    received_at,
-                    inference: true,
-                    prompt_tokens: classification.prompt_tokens,
-                    guard,
-                };
-                return Ok(respond(state, proxied, upstream));
-            }
-            Err(error) if error.retry_allowed() && attempt < MAX_ATTEMPTS => {
-                replica.load.record_failure();
-                tracing::warn!(%error, "retrying on another replica");
-                state.metrics.record_error(entry.as_str(), error.kind_label());
-                excluded = Some(replica.name.clone());
-            }
-            Err(error) => {
-                if error.retry_allowed() {
-                    replica.load.record_failure();
-                }
-                return Err(error);
-            }
-        }
-    }
-    unreachable!("the last attempt returns")
+    // Assign the canary variant; its pool, policy and strategy serve the request.
+    let variant = state.variants.choose(entry, &parts.headers, &state.picker, &state.metrics);
+    let forwarding = Forwarding {
+        entry,
+        variant,
+        parts: &parts,
+        body: &body,
+        prompt_tokens: classification.prompt_tokens,
+        received_at,
+    };
+    attempts::forward(state, forwarding).await
 }
 
 /// The entry fixed before reading the body: by dedicated listener, else by header.
@@ -265,6 +214,10 @@ fn named_entry(
     let Some(value) = request.headers().get(ENTRY_HEADER) else {
         return Ok(None);
     };
+    // Repeats that disagree could be read differently by another proxy on the path.
+    if request.headers().get_all(ENTRY_HEADER).iter().any(|other| other != value) {
+        return Err(GatewayError::BadHeader("x-laneway-entry"));
+    }
     let name = value.to_str().map_err(|_| GatewayError::BadHeader("x-laneway-entry"))?;
     let entry = name.parse::<Entry>().map_err(GatewayError::UnknownEntry)?;
     Ok(Some((entry, ClassifyMethod::Header)))
@@ -290,7 +243,7 @@ async fn read_body(parts: &Parts, body: Incoming, limit: usize) -> Result<Bytes,
 }
 
 /// A request with the client's method, target and headers and the given body.
-fn rebuild(parts: &Parts, body: ProxyBody) -> Request<ProxyBody> {
+pub(super) fn rebuild(parts: &Parts, body: ProxyBody) -> Request<ProxyBody> {
     let mut request = Request::new(body);
     *request.method_mut() = parts.method.clone();
     *request.uri_mut() = parts.uri.clone();

@@ -1,6 +1,7 @@
 //! The listeners: HTTP/1.1 and h2c on one port (hyper-util's auto builder), one accept loop
 //! per listener, graceful drain on shutdown. Each request goes to [`dispatch::dispatch`].
 
+mod attempts;
 pub mod dispatch;
 mod respond;
 
@@ -9,15 +10,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
+use crate::gateway::config::GatewayConfig;
 use crate::gateway::entry::Entry;
-use crate::gateway::state::GatewayState;
+use crate::gateway::reload::LiveState;
 use crate::gateway::tls;
 
 /// What a listener serves.
@@ -29,17 +31,36 @@ pub enum ListenerRole {
     Entry(Entry),
 }
 
+/// The protocol settings that protect the listener from its clients: the header read
+/// timeout (slowloris), header size and count (431), HTTP/2 streams per connection.
+fn connection_builder(config: &GatewayConfig) -> auto::Builder<TokioExecutor> {
+    let limits = &config.reliability.limits;
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(config.reliability.timeouts.client_header)
+        .max_buf_size(limits.max_header_bytes)
+        .max_headers(limits.max_headers);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.h2_max_concurrent_streams)
+        .max_header_list_size(limits.max_header_bytes as u32);
+    builder
+}
+
 /// Accepts connections until `shutdown` turns true, then waits for open connections to
-/// finish their requests, at most `drain_deadline`.
+/// finish their requests, at most `drain_deadline`. Each request loads the live state once.
 pub async fn serve(
     listener: TcpListener,
     role: ListenerRole,
-    state: Arc<GatewayState>,
+    live: Arc<LiveState>,
     mut shutdown: watch::Receiver<bool>,
     drain_deadline: Duration,
     tls: Option<TlsAcceptor>,
 ) {
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let builder = connection_builder(&live.load().config);
     let graceful = GracefulShutdown::new();
     loop {
         tokio::select! {
@@ -54,9 +75,9 @@ pub async fn serve(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let state = state.clone();
+                let live = live.clone();
                 let service = service_fn(move |request| {
-                    let state = state.clone();
+                    let state = live.load_full();
                     async move { Ok::<_, Infallible>(dispatch::dispatch(state, role, request).await) }
                 });
                 if let Some(acceptor) = &tls {

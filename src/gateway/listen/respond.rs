@@ -12,7 +12,9 @@ use crate::gateway::access_log;
 use crate::gateway::body::{ProxyBody, boxed};
 use crate::gateway::entry::{Entry, Strategy};
 use crate::gateway::forward::request::strip_hop_by_hop;
-use crate::gateway::observe::{BodyKind, ObservedBody, Recorder, RequestLabels, status_class};
+use crate::gateway::observe::{
+    BodyKind, ObservedBody, Recorder, RequestLabels, StreamWatchdog, status_class,
+};
 use crate::gateway::pick::InFlightGuard;
 use crate::gateway::state::GatewayState;
 
@@ -81,7 +83,7 @@ pub fn respond(
         proxied.prompt_tokens,
     );
     if proxied.inference {
-        recorder = recorder.with_canary(state.canary.clone());
+        recorder = recorder.with_canary(state.shared.canary.clone());
     }
     if let Some(mut access) = access_log::current() {
         access.status = status.as_u16();
@@ -90,7 +92,16 @@ pub fn respond(
     let (mut parts, body) = upstream.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     tag(&mut parts.headers, proxied.entry, proxied.strategy, &proxied.variant, Some(&replica));
-    let body = boxed(ObservedBody::new(body, recorder, proxied.guard));
+    let timeouts = &state.config.reliability.timeouts;
+    let watchdog = StreamWatchdog::new(
+        timeouts.idle,
+        timeouts.total,
+        proxied.received_at,
+        state.shared.abort_streams.clone(),
+    );
+    let body = ObservedBody::new(body, recorder, proxied.guard)
+        .with_reliability(watchdog, state.health.clone());
+    let body = boxed(body);
     state.metrics.record_overhead("first_byte", headers_at);
     Response::from_parts(parts, body)
 }

@@ -1,8 +1,11 @@
 //! The response body wrapper: forwards every upstream frame the moment it arrives (no
 //! buffering), shows a copy of the bytes to the [`Recorder`], and holds the in-flight
-//! guard until the body ends or is dropped.
+//! guard until the body ends or is dropped. When the upstream fails mid-body, or a
+//! [`StreamWatchdog`] timer fires, a stream ends with an OpenAI-shape error event and
+//! `data: [DONE]`; any other body ends in an error (the client sees a cut response).
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -11,7 +14,9 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
 use super::recorder::{BodyKind, Outcome, Recorder};
+use super::watchdog::{Expiry, StreamWatchdog};
 use crate::gateway::body::BoxError;
+use crate::gateway::health::{FailureReason, HealthTracker};
 use crate::gateway::pick::InFlightGuard;
 use crate::openai::{ApiError, ErrorKind};
 
@@ -23,6 +28,8 @@ pin_project! {
         recorder: Recorder,
         guard: Option<InFlightGuard>,
         ended: bool,
+        watchdog: Option<StreamWatchdog>,
+        health: Option<Arc<HealthTracker>>,
     }
 }
 
@@ -34,8 +41,26 @@ impl<B: Body> ObservedBody<B> {
         if ended {
             recorder.finish(Outcome::Complete, Instant::now());
         }
-        Self { inner, recorder, guard: (!ended).then_some(guard), ended }
+        let guard = (!ended).then_some(guard);
+        Self { inner, recorder, guard, ended, watchdog: None, health: None }
     }
+
+    /// Runs the body under `watchdog`'s timers and reports upstream failures to `health`.
+    pub fn with_reliability(
+        mut self,
+        watchdog: StreamWatchdog,
+        health: Arc<HealthTracker>,
+    ) -> Self {
+        self.watchdog = Some(watchdog);
+        self.health = Some(health);
+        self
+    }
+}
+
+/// Why the body stops early.
+enum Failure {
+    Upstream(BoxError),
+    Expired(Expiry),
 }
 
 impl<B> Body for ObservedBody<B>
@@ -54,8 +79,11 @@ where
         if *this.ended {
             return Poll::Ready(None);
         }
-        match this.inner.as_mut().poll_frame(cx) {
-            Poll::Pending => Poll::Pending,
+        let failure = match this.inner.as_mut().poll_frame(cx) {
+            Poll::Pending => match this.watchdog.as_mut().map(|w| w.poll_expired(cx)) {
+                Some(Poll::Ready(expiry)) => Failure::Expired(expiry),
+                _ => return Poll::Pending,
+            },
             Poll::Ready(Some(Ok(frame))) => {
                 let now = Instant::now();
                 if let Some(data) = frame.data_ref() {
@@ -68,33 +96,55 @@ where
                     this.guard.take();
                     *this.ended = true;
                 }
-                Poll::Ready(Some(Ok(frame)))
+                if let Some(watchdog) = this.watchdog.as_mut() {
+                    watchdog.on_progress();
+                }
+                return Poll::Ready(Some(Ok(frame)));
             }
             Poll::Ready(None) => {
                 this.recorder.finish(Outcome::Complete, Instant::now());
                 this.guard.take();
                 *this.ended = true;
-                Poll::Ready(None)
+                return Poll::Ready(None);
             }
-            Poll::Ready(Some(Err(error))) => {
-                let error: BoxError = error.into();
+            Poll::Ready(Some(Err(error))) => Failure::Upstream(error.into()),
+        };
+        *this.ended = true;
+        let (message, outcome, reason) = match &failure {
+            Failure::Upstream(error) => {
                 tracing::warn!(%error, "upstream body failed mid-response");
-                this.recorder.finish(Outcome::UpstreamReset, Instant::now());
-                this.guard.take();
-                if this.recorder.kind() == BodyKind::Stream {
-                    // Headers are gone already: end the stream the way vLLM reports errors.
-                    let api_error = ApiError::new(
-                        ErrorKind::BadGateway,
-                        format!("upstream stream failed: {error}"),
-                    );
-                    let events = format!("{}data: [DONE]\n\n", api_error.sse_event());
-                    *this.ended = true;
-                    Poll::Ready(Some(Ok(Frame::data(Bytes::from(events)))))
-                } else {
-                    *this.ended = true;
-                    Poll::Ready(Some(Err(error)))
+                if let (Some(health), Some(guard)) = (this.health.as_ref(), this.guard.as_ref()) {
+                    health.record_failure(guard.replica(), FailureReason::Reset);
                 }
+                (format!("upstream stream failed: {error}"), Outcome::UpstreamReset, "reset")
             }
+            Failure::Expired(expiry) => {
+                tracing::warn!(reason = expiry.as_str(), "response cut short by the gateway");
+                if let (Some(health), Some(guard), Expiry::Idle) =
+                    (this.health.as_ref(), this.guard.as_ref(), expiry)
+                {
+                    health.record_failure(guard.replica(), FailureReason::Timeout);
+                }
+                let message = format!("response ended by the gateway: {}", expiry.as_str());
+                (message, Outcome::CutShort, expiry.as_str())
+            }
+        };
+        if let Some(health) = this.health.as_ref() {
+            health.metrics().stream_failures.with_label_values(&[reason]).inc();
+        }
+        this.recorder.finish(outcome, Instant::now());
+        this.guard.take();
+        if this.recorder.kind() == BodyKind::Stream {
+            // Headers are gone already: end the stream the way vLLM reports errors.
+            let api_error = ApiError::new(ErrorKind::BadGateway, message);
+            let events = format!("{}data: [DONE]\n\n", api_error.sse_event());
+            Poll::Ready(Some(Ok(Frame::data(Bytes::from(events)))))
+        } else {
+            let error: BoxError = match failure {
+                Failure::Upstream(error) => error,
+                Failure::Expired(_) => message.into(),
+            };
+            Poll::Ready(Some(Err(error)))
         }
     }
 

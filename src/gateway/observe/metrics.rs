@@ -208,6 +208,11 @@ impl GatewayMetrics {
         }
     }
 
+    /// The registry, for metrics other modules own.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
     /// Counts a failed request.
     pub fn record_error(&self, entry: &str, kind: &str) {
         self.request_errors.with_label_values(&[entry, kind]).inc();

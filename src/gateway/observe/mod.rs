@@ -4,7 +4,9 @@
 pub mod body;
 pub mod metrics;
 pub mod recorder;
+pub mod watchdog;
 
 pub use body::ObservedBody;
 pub use metrics::{GatewayMetrics, status_class};
 pub use recorder::{BodyKind, DEFAULT_VARIANT, Outcome, Recorder, RequestLabels};
+pub use watchdog::{Expiry, StreamWatchdog};

@@ -39,6 +39,8 @@ pub enum Outcome {
     UpstreamReset,
     /// The client went away before the end.
     ClientGone,
+    /// The gateway ended it: idle gap, total time or shutdown deadline.
+    CutShort,
 }
 
 /// Labels shared by every sample of one request.
@@ -183,6 +185,7 @@ impl Recorder {
             Outcome::Complete => {}
             Outcome::UpstreamReset => self.metrics.record_error(entry, "upstream_reset"),
             Outcome::ClientGone => self.metrics.record_error(entry, "client_disconnect"),
+            Outcome::CutShort => self.metrics.record_error(entry, "upstream_timeout"),
         }
         let labels = self.label_values();
         let e2e = now.duration_since(self.received_at);
@@ -247,6 +250,7 @@ impl Recorder {
             outcome: match outcome {
                 Outcome::Complete => "complete",
                 Outcome::UpstreamReset => "upstream_reset",
+                Outcome::CutShort => "cut_short",
                 Outcome::ClientGone => "client_gone",
             },
         });

@@ -20,6 +20,17 @@ impl InFlightGuard {
         Self { replica, prompt_tokens }
     }
 
+    /// Acquires only while the replica has fewer than `limit` requests in flight, so that
+    /// concurrent requests cannot push it past its limit between the pick and the count.
+    pub fn try_acquire(replica: Arc<Replica>, prompt_tokens: u64, limit: u64) -> Option<Self> {
+        let load = &replica.load;
+        load.in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < limit).then_some(n + 1))
+            .ok()?;
+        load.in_flight_prompt_tokens.fetch_add(prompt_tokens, Ordering::Relaxed);
+        Some(Self { replica, prompt_tokens })
+    }
+
     pub fn replica(&self) -> &Arc<Replica> {
         &self.replica
     }

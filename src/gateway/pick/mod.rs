@@ -68,38 +68,59 @@ impl Picker {
 
     /// Picks a replica with the global policy among all replicas, never `exclude` (by name).
     pub fn pick(&self, exclude: Option<&str>) -> Option<Arc<Replica>> {
-        self.pick_in(self.policy.as_ref(), None, exclude)
+        self.pick_within(exclude, u64::MAX)
+    }
+
+    /// Picks with the default policy among every replica that accepts new requests and has
+    /// fewer than `limit` in flight, never `exclude` (by name).
+    pub fn pick_within(&self, exclude: Option<&str>, limit: u64) -> Option<Arc<Replica>> {
+        self.pick_in(self.policy.as_ref(), None, exclude, limit)
+    }
+
+    /// Whether any member of `pool` (`None`: any replica) accepts new requests.
+    pub fn any_accepting(&self, pool: Option<&[String]>) -> bool {
+        let in_pool = |r: &&Arc<Replica>| pool.is_none_or(|members| members.contains(&r.name));
+        self.replicas.load().iter().filter(in_pool).any(|r| r.accepts_new_requests())
     }
 
     /// Picks a replica with `policy` among the members of `pool` (`None`: every replica)
-    /// that accept new requests, never `exclude` (by name).
+    /// that are not draining, are in rotation and have fewer than `limit` requests in
+    /// flight, never `exclude`. When no member is in rotation, health is ignored (Envoy's
+    /// panic mode: a guess beats a certain failure); a drain never is. `None`: every
+    /// candidate is at its limit, or there is none.
     pub fn pick_in(
         &self,
         policy: &dyn Policy,
         pool: Option<&[String]>,
         exclude: Option<&str>,
+        limit: u64,
     ) -> Option<Arc<Replica>> {
-        let replicas = self.replicas.load();
-        let mut context = PickContext {
+        let all = self.replicas.load();
+        let in_pool = |r: &Arc<Replica>| pool.is_none_or(|members| members.contains(&r.name));
+        let any_in_rotation =
+            all.iter().any(|r| in_pool(r) && !r.is_draining() && r.health.in_rotation());
+        let usable = |r: &Arc<Replica>| {
+            in_pool(r)
+                && !r.is_draining()
+                && (!any_in_rotation || r.health.in_rotation())
+                && r.load.in_flight() < limit
+        };
+        let filtered: Vec<Arc<Replica>>;
+        // Only a pool, a degraded or a saturated set pays for a filtered copy.
+        let replicas: &[Arc<Replica>] = if all.iter().all(usable) {
+            &all
+        } else {
+            filtered = all.iter().filter(|r| usable(r)).cloned().collect();
+            &filtered
+        };
+        let context = PickContext {
             epoch: self.epoch,
             now: Instant::now(),
             fresh_for: self.fresh_for,
             exclude: exclude.and_then(|name| replicas.iter().position(|r| r.name == name)),
         };
-        // The common case (no pool, nobody out of rotation) picks without allocating.
-        if pool.is_none() && replicas.iter().all(|r| r.accepts_new_requests()) {
-            let index = policy.pick(&replicas, &context)?;
-            return Some(replicas[index].clone());
-        }
-        let candidates: Vec<Arc<Replica>> = replicas
-            .iter()
-            .filter(|r| r.accepts_new_requests() && Some(r.name.as_str()) != exclude)
-            .filter(|r| pool.is_none_or(|members| members.iter().any(|m| *m == r.name)))
-            .cloned()
-            .collect();
-        context.exclude = None;
-        let index = policy.pick(&candidates, &context)?;
-        Some(candidates[index].clone())
+        let index = policy.pick(replicas, &context)?;
+        Some(replicas[index].clone())
     }
 }
 
@@ -160,10 +181,16 @@ mod tests {
         let pool = ["r1".to_string(), "r2".to_string()];
         let policy = new_policy(PolicyKind::RoundRobin);
         for _ in 0..6 {
-            assert_eq!(picker.pick_in(policy.as_ref(), Some(&pool), None).unwrap().name, "r2");
+            assert_eq!(
+                picker.pick_in(policy.as_ref(), Some(&pool), None, u64::MAX).unwrap().name,
+                "r2"
+            );
         }
-        assert!(picker.pick_in(policy.as_ref(), Some(&pool), Some("r2")).is_none());
+        assert!(picker.pick_in(policy.as_ref(), Some(&pool), Some("r2"), u64::MAX).is_none());
         picker.by_name("r1").unwrap().set_draining(false);
-        assert_eq!(picker.pick_in(policy.as_ref(), Some(&pool), Some("r2")).unwrap().name, "r1");
+        assert_eq!(
+            picker.pick_in(policy.as_ref(), Some(&pool), Some("r2"), u64::MAX).unwrap().name,
+            "r1"
+        );
     }
 }

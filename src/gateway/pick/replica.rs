@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::gateway::config::ReplicaConfig;
+use crate::gateway::health::ReplicaHealth;
 
 /// A replica and its load.
 #[derive(Debug)]
@@ -17,6 +18,8 @@ pub struct Replica {
     pub load: ReplicaLoad,
     /// Set by an operator (admin API): no new requests, those in flight finish.
     pub draining: AtomicBool,
+    /// Active checks and passive ejection; never touches `load`.
+    pub health: ReplicaHealth,
 }
 
 impl Replica {
@@ -27,13 +30,14 @@ impl Replica {
             node: config.node.clone(),
             load: ReplicaLoad::default(),
             draining: AtomicBool::new(false),
+            health: ReplicaHealth::default(),
         }
     }
 
-    /// Whether the picker may send this replica a new request: the one place every
-    /// out-of-rotation condition is checked.
+    /// Whether the picker may send this replica a new request (requests already on it
+    /// finish): not drained by an operator, and in rotation by its health.
     pub fn accepts_new_requests(&self) -> bool {
-        !self.is_draining()
+        !self.is_draining() && self.health.in_rotation()
     }
 
     pub fn is_draining(&self) -> bool {

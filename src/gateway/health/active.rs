@@ -1,0 +1,100 @@
+//! Active health checks: every `interval`, `GET /health` on each replica with a timeout.
+//! `unhealthy_threshold` failures in a row take a replica out of rotation,
+//! `healthy_threshold` passes bring it back. The same round notices passive ejections that
+//! ended, so that every change shows once in the logs and in `laneway_replica_healthy`.
+//! Checks read no load figure and reset none.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Empty;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::gateway::pick::Replica;
+use crate::gateway::reload::LiveState;
+
+type CheckClient = Client<HttpConnector, Empty<Bytes>>;
+
+/// Starts the checker; it follows reloads (each round reads the current replica set).
+pub fn spawn(live: Arc<LiveState>) -> JoinHandle<()> {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(Duration::from_secs(1)));
+    let client: CheckClient = Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build(connector);
+    tokio::spawn(async move {
+        loop {
+            let state = live.load_full();
+            let config = state.health.config().clone();
+            let mut checks = JoinSet::new();
+            for replica in state.picker.snapshot().iter() {
+                let (client, replica) = (client.clone(), replica.clone());
+                checks.spawn(async move {
+                    let passed = check_once(&client, &replica, config.timeout).await;
+                    (replica, passed)
+                });
+            }
+            while let Some(Ok((replica, passed))) = checks.join_next().await {
+                let result = if passed { "pass" } else { "fail" };
+                let metrics = state.health.metrics();
+                metrics.health_checks.with_label_values(&[&replica.name, result]).inc();
+                apply(&replica, passed, config.unhealthy_threshold, config.healthy_threshold);
+                report_changes(&replica, metrics);
+            }
+            drop(state);
+            tokio::time::sleep(config.interval).await;
+        }
+    })
+}
+
+async fn check_once(client: &CheckClient, replica: &Replica, timeout: Duration) -> bool {
+    let Ok(uri) = format!("http://{}/health", replica.authority).parse::<http::Uri>() else {
+        return false;
+    };
+    match tokio::time::timeout(timeout, client.get(uri)).await {
+        Ok(Ok(response)) => response.status().is_success(),
+        _ => false,
+    }
+}
+
+/// Updates the streaks and the down flag after one check.
+pub fn apply(replica: &Replica, passed: bool, unhealthy_threshold: u32, healthy_threshold: u32) {
+    let health = &replica.health;
+    if passed {
+        health.check_failures.store(0, Ordering::Relaxed);
+        let passes = health.check_streak.fetch_add(1, Ordering::Relaxed) + 1;
+        if passes >= healthy_threshold {
+            health.check_down.store(false, Ordering::Release);
+            // A replica healthy for a while earns back shorter ejections.
+            if !health.is_ejected() && passes.is_multiple_of(healthy_threshold * 4) {
+                let _ = health
+                    .ejections
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+            }
+        }
+    } else {
+        health.check_streak.store(0, Ordering::Relaxed);
+        let failures = health.check_failures.fetch_add(1, Ordering::Relaxed) + 1;
+        if failures >= unhealthy_threshold {
+            health.check_down.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// Logs and exports a change of rotation state since the last report.
+pub fn report_changes(replica: &Replica, metrics: &super::ReliabilityMetrics) {
+    let out = !replica.accepts_new_requests();
+    let was_out = replica.health.reported_out.swap(out, Ordering::Relaxed);
+    metrics.replica_healthy.with_label_values(&[&replica.name]).set(i64::from(!out));
+    if out && !was_out {
+        tracing::warn!(replica = %replica.name, "replica out of rotation: failing health checks");
+    } else if was_out && !out {
+        tracing::info!(replica = %replica.name, "replica back in rotation");
+    }
+}

@@ -1,0 +1,90 @@
+//! The reliability metrics (health, ejections, retries, admission, stream failures,
+//! headroom), registered in the gateway's registry next to the request metrics.
+
+use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+
+pub struct ReliabilityMetrics {
+    /// 1 in rotation, 0 out (ejected or failing its checks).
+    pub replica_healthy: IntGaugeVec,
+    pub replica_ejections: IntCounterVec,
+    /// Active health checks by result.
+    pub health_checks: IntCounterVec,
+    /// Retries sent, and retries the budget refused.
+    pub retries: IntCounterVec,
+    pub admission_queue_length: IntGauge,
+    pub admission_in_flight: IntGauge,
+    /// 429s by reason (`queue_full`, `queue_timeout`).
+    pub admission_rejected: IntCounterVec,
+    /// Streams whose upstream failed after headers, by reason.
+    pub stream_failures: IntCounterVec,
+    pub n_minus_one_headroom: IntGauge,
+    pub largest_fault_domain_replicas: IntGauge,
+}
+
+fn register<M: prometheus::core::Collector + Clone + 'static>(registry: &Registry, metric: M) -> M {
+    // A second gateway state (after a reload) shares the first one's metrics, so a clash
+    // here is a bug, not a configuration error.
+    registry.register(Box::new(metric.clone())).expect("unique metric name");
+    metric
+}
+
+impl ReliabilityMetrics {
+    pub fn new(registry: &Registry) -> Self {
+        let counter = |name: &str, help: &str, labels: &[&str]| {
+            register(registry, IntCounterVec::new(Opts::new(name, help), labels).expect("valid"))
+        };
+        let gauge =
+            |name: &str, help: &str| register(registry, IntGauge::new(name, help).expect("valid"));
+        Self {
+            replica_healthy: register(
+                registry,
+                IntGaugeVec::new(
+                    Opts::new("laneway_replica_healthy", "1 in rotation, 0 out"),
+                    &["replica"],
+                )
+                .expect("valid"),
+            ),
+            replica_ejections: counter(
+                "laneway_replica_ejections_total",
+                "Passive ejections, by the failure that triggered them",
+                &["replica", "reason"],
+            ),
+            health_checks: counter(
+                "laneway_health_checks_total",
+                "Active health checks, by result",
+                &["replica", "result"],
+            ),
+            retries: counter(
+                "laneway_retries_total",
+                "Retries on another replica (sent) and those the budget refused (denied)",
+                &["outcome"],
+            ),
+            admission_queue_length: gauge(
+                "laneway_admission_queue_length",
+                "Requests waiting for room",
+            ),
+            admission_in_flight: gauge(
+                "laneway_admission_in_flight",
+                "Admitted inference requests in flight",
+            ),
+            admission_rejected: counter(
+                "laneway_admission_rejected_total",
+                "Requests answered 429, by reason",
+                &["reason"],
+            ),
+            stream_failures: counter(
+                "laneway_stream_failures_total",
+                "Responses whose upstream failed after the headers went out, by reason",
+                &["reason"],
+            ),
+            n_minus_one_headroom: gauge(
+                "laneway_n_minus_one_headroom",
+                "In-flight capacity left if the largest fault domain fails, minus demand",
+            ),
+            largest_fault_domain_replicas: gauge(
+                "laneway_largest_fault_domain_replicas",
+                "Replicas on the node that holds the most",
+            ),
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! The attempts of one classified inference request: admission (a place and a replica, or
+//! 429), then up to `retry.max_attempts` sends. Another replica is tried only when the
+//! request cannot have run: the connection was refused or closed before the request was
+//! written, or the replica answered 503 before any byte went to the client; and only while
+//! the retry budget allows. Every outcome feeds passive health.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{Response, StatusCode};
+use hyper::body::Incoming;
+
+use super::dispatch::rebuild;
+use super::respond::{Proxied, respond};
+use crate::gateway::admission::{AdmissionPermit, HeldBody};
+use crate::gateway::body::{ProxyBody, boxed, full};
+use crate::gateway::entry::Entry;
+use crate::gateway::error::GatewayError;
+use crate::gateway::health::FailureReason;
+use crate::gateway::pick::{InFlightGuard, Replica};
+use crate::gateway::state::GatewayState;
+use crate::gateway::variants::Variant;
+
+/// A classified request and the canary variant that serves it.
+pub struct Forwarding<'a> {
+    pub entry: Entry,
+    pub variant: &'a Variant,
+    pub parts: &'a Parts,
+    pub body: &'a Bytes,
+    pub prompt_tokens: u64,
+    pub received_at: Instant,
+}
+
+/// A failed attempt that another replica may take over.
+enum Retryable {
+    /// 503 before any byte: passed on as is if no retry happens.
+    Unavailable(InFlightGuard, Response<Incoming>),
+    Refused(GatewayError),
+}
+
+pub async fn forward(
+    state: &Arc<GatewayState>,
+    request: Forwarding<'_>,
+) -> Result<Response<ProxyBody>, GatewayError> {
+    let admission = &state.shared.admission;
+    let pick = |limit| request.variant.pick(&state.picker, None, limit);
+    let (mut guard, permit) = admission.admit(&pick, request.prompt_tokens).await?;
+    let mut replica = guard.replica().clone();
+    state.shared.retry_budget.deposit();
+    let reliability = &state.config.reliability;
+    let connector = &request.variant.connector;
+    let mut attempt = 1;
+    loop {
+        let upstream_request = rebuild(request.parts, full(request.body.clone()));
+        state.metrics.record_overhead("request", request.received_at);
+        let first_byte = reliability.timeouts.first_byte;
+        let sent =
+            tokio::time::timeout(first_byte, connector.send(&replica, upstream_request, None))
+                .await;
+        let last = attempt >= reliability.retry.max_attempts;
+        let retryable = match sent {
+            Err(_elapsed) => {
+                state.health.record_failure(&replica, FailureReason::Timeout);
+                let replica = replica.name.clone();
+                return Err(GatewayError::UpstreamTimeout { replica, after: first_byte });
+            }
+            Ok(Ok(upstream)) => {
+                replica.load.clear_failures();
+                state.health.record_status(&replica, upstream.status());
+                if upstream.status() != StatusCode::SERVICE_UNAVAILABLE || last {
+                    return Ok(finish(state, &request, guard, upstream, permit));
+                }
+                Retryable::Unavailable(guard, upstream)
+            }
+            Ok(Err(error)) => {
+                drop(guard);
+                if !error.retry_allowed() {
+                    state.health.record_failure(&replica, FailureReason::Reset);
+                    return Err(error);
+                }
+                let reason = match error {
+                    GatewayError::UpstreamConnect { .. } => {
+                        replica.load.record_failure();
+                        FailureReason::Connect
+                    }
+                    _ => FailureReason::Reset,
+                };
+                state.health.record_failure(&replica, reason);
+                if last {
+                    return Err(error);
+                }
+                Retryable::Refused(error)
+            }
+        };
+        match next_replica(state, request.variant, &replica, request.prompt_tokens) {
+            Some(next) => {
+                let to = &next.replica().name;
+                tracing::warn!(from = %replica.name, %to, attempt, "retrying on another replica");
+                if let Retryable::Refused(error) = &retryable {
+                    state.metrics.record_error(request.entry.as_str(), error.kind_label());
+                }
+                replica = next.replica().clone();
+                guard = next;
+                attempt += 1;
+            }
+            None => {
+                return match retryable {
+                    Retryable::Unavailable(guard, upstream) => {
+                        Ok(finish(state, &request, guard, upstream, permit))
+                    }
+                    Retryable::Refused(error) => Err(error),
+                };
+            }
+        }
+    }
+}
+
+/// A place on another replica with room, if the retry budget allows one more retry.
+fn next_replica(
+    state: &GatewayState,
+    variant: &Variant,
+    failed: &Replica,
+    prompt_tokens: u64,
+) -> Option<InFlightGuard> {
+    let limit = state.shared.admission.limits().max_in_flight_per_replica;
+    let next = variant.pick(&state.picker, Some(&failed.name), limit)?;
+    if next.name == failed.name {
+        return None;
+    }
+    let guard = InFlightGuard::try_acquire(next, prompt_tokens, limit)?;
+    let retries = &state.shared.reliability_metrics.retries;
+    if state.shared.retry_budget.try_withdraw() {
+        retries.with_label_values(&["sent"]).inc();
+        Some(guard)
+    } else {
+        retries.with_label_values(&["denied"]).inc();
+        None
+    }
+}
+
+/// The client's response, holding its admission place until the body ends.
+fn finish(
+    state: &Arc<GatewayState>,
+    request: &Forwarding<'_>,
+    guard: InFlightGuard,
+    upstream: Response<Incoming>,
+    permit: AdmissionPermit,
+) -> Response<ProxyBody> {
+    let proxied = Proxied {
+        entry: request.entry,
+        strategy: request.variant.connector.strategy(),
+        variant: request.variant.name.clone(),
+        received_at: request.received_at,
+        inference: true,
+        prompt_tokens: request.prompt_tokens,
+        guard,
+    };
+    respond(state, proxied, upstream).map(|body| boxed(HeldBody::new(body, permit)))
+}
