@@ -34,8 +34,8 @@ pub struct SimHandle {
     state: Arc<SimState>,
     addr: SocketAddr,
     stop: watch::Sender<bool>,
-    accept_task: JoinHandle<()>,
-    engine_task: JoinHandle<()>,
+    /// Taken by `shutdown`; dropping the handle without it still stops the replica.
+    tasks: Option<(JoinHandle<()>, JoinHandle<()>)>,
 }
 
 /// Starts a replica in this process: binds `config.host:config.port` (0: any free port),
@@ -80,7 +80,7 @@ pub async fn spawn(config: SimConfig) -> Result<SimHandle, SimError> {
     let accept_task = tokio::spawn(accept_loop(state.clone(), listener, addr, stop_watch));
     tracing::info!(id = %state.config.id, %addr, profile = %state.config.profile.name,
         api_workers = state.config.api_workers, speed = state.config.speed, "sim replica listening");
-    Ok(SimHandle { state, addr, stop, accept_task, engine_task })
+    Ok(SimHandle { state, addr, stop, tasks: Some((accept_task, engine_task)) })
 }
 
 impl SimHandle {
@@ -114,10 +114,19 @@ impl SimHandle {
     }
 
     /// Stops accepting, ends every connection and waits for the accept loop and engine.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
         self.stop.send_replace(true);
-        let _ = self.accept_task.await;
-        let _ = self.engine_task.await;
+        if let Some((accept_task, engine_task)) = self.tasks.take() {
+            let _ = accept_task.await;
+            let _ = engine_task.await;
+        }
+    }
+}
+
+impl Drop for SimHandle {
+    /// A dropped handle stops its replica (without waiting for it).
+    fn drop(&mut self) {
+        self.stop.send_replace(true);
     }
 }
 
