@@ -6,17 +6,12 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::openai::request::Endpoint;
+use crate::tokens::synthetic_word;
 
-/// Words the generated text is made of (each token is one word with a leading space).
-const WORDS: &[&str] = &[
-    "lorem", "ipsum", "dolor", "sit", "amet", "lane", "way", "token", "batch", "queue", "route",
-    "model", "serve", "cache", "prefill", "decode", "step", "chunk", "fast", "slow", "wide",
-    "deep",
-];
-
-/// The text of generated token `index` of a replica seeded with `seed`.
+/// The text of generated token `index` of a replica seeded with `seed` (one word from the
+/// shared synthetic vocabulary).
 pub fn token_text(seed: u64, index: u64) -> &'static str {
-    WORDS[(mix(seed ^ mix(index)) % WORDS.len() as u64) as usize]
+    synthetic_word(mix(seed ^ mix(index)))
 }
 
 /// SplitMix64's finaliser: a cheap, well-spread hash for reproducible choices.

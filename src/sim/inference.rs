@@ -12,6 +12,7 @@ use super::body::{self, SimBody};
 use super::chunks::{ResponseWriter, Usage};
 use super::clock::SimTime;
 use super::engine::{EngineRequest, TokenBatch};
+use super::metrics::FinishedTiming;
 use super::profile::Profile;
 use super::state::SimState;
 use super::stats::InFlightGuard;
@@ -158,16 +159,14 @@ async fn collect(
     };
     let done = state.workers.charge(worker, last_token_at, state.config.profile.api.response_us);
     state.clock.sleep_until(done).await;
-    let metrics = &state.metrics;
-    let ttft = first_token_at.seconds_since(arrival);
-    let e2e = done.seconds_since(arrival);
-    metrics.time_to_first_token.observe(ttft);
-    metrics.e2e_request_latency.observe(e2e);
-    if generated > 1 {
-        let per_token = last_token_at.seconds_since(first_token_at) / (generated - 1) as f64;
-        metrics.request_time_per_output_token.observe(per_token);
-    }
-    metrics.request_success.with_label_values(&["length"]).inc();
+    state.metrics.time_to_first_token.observe(first_token_at.seconds_since(arrival));
+    state.metrics.observe_finished(FinishedTiming {
+        arrival,
+        first_output: first_token_at,
+        last_token: last_token_at,
+        finished: done,
+        tokens: generated,
+    });
     let usage = Usage::new(lengths.prompt_tokens, generated);
     body::json_response(writer.full_body(usage))
 }

@@ -13,6 +13,7 @@ use super::clock::SimTime;
 use super::engine::TokenBatch;
 use super::fault::Fault;
 use super::inference::Lengths;
+use super::metrics::FinishedTiming;
 use super::state::SimState;
 use super::stats::InFlightGuard;
 use crate::openai::request::Endpoint;
@@ -157,12 +158,12 @@ impl StreamJob {
         let (Some(first), Some(last)) = (progress.first_event_at, progress.last_token_at) else {
             return;
         };
-        let metrics = &self.state.metrics;
-        metrics.e2e_request_latency.observe(last.seconds_since(self.arrival));
-        if progress.tokens_sent > 1 {
-            let per_token = last.seconds_since(first) / (progress.tokens_sent - 1) as f64;
-            metrics.request_time_per_output_token.observe(per_token);
-        }
-        metrics.request_success.with_label_values(&["length"]).inc();
+        self.state.metrics.observe_finished(FinishedTiming {
+            arrival: self.arrival,
+            first_output: first,
+            last_token: last,
+            finished: last,
+            tokens: progress.tokens_sent,
+        });
     }
 }
