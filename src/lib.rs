@@ -7,10 +7,12 @@
 //! - [`sim`]: `laneway sim`, a vLLM-like replica (continuous batching, API-server processes,
 //!   fault switches) for demos, tests and benchmarks.
 //! - [`bench`]: `laneway bench`, the load generator that speaks the field's workload notation.
+//! - [`canary`]: live comparison of entry strategies and replica pools (variants).
 //! - [`openai`]: the wire format all three share (request bodies, errors, SSE scanning).
 //! - [`tokens`]: the prompt-length estimator all three share.
 
 pub mod bench;
+pub mod canary;
 pub mod gateway;
 pub mod openai;
 pub mod sim;

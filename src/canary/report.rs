@@ -1,0 +1,254 @@
+//! The side-by-side comparison an operator reads: per entry and variant, over the sliding
+//! window and since start, the field's figures and a verdict against the entry's baseline.
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use super::compare::{CompareSettings, Verdict, compare};
+use super::series::Series;
+use super::tally::{Slo, Tally};
+
+/// The field's figures for one variant over one span.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    pub span_seconds: f64,
+    pub requests: u64,
+    pub failures: u64,
+    pub e2e_p95_s: Option<f64>,
+    pub ttft_p50_ms: Option<f64>,
+    pub ttft_p95_ms: Option<f64>,
+    pub tpot_p50_ms: Option<f64>,
+    pub qpm: f64,
+    pub tpm: f64,
+    pub tokens_per_s: f64,
+    pub goodput_per_s: f64,
+}
+
+/// TTFT and TPOT verdicts of a variant against its entry's baseline.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Verdicts {
+    pub ttft: Verdict,
+    pub tpot: Verdict,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VariantReport {
+    pub variant: String,
+    pub window: Summary,
+    pub since_start: Summary,
+    /// Absent for the baseline itself.
+    pub window_vs_baseline: Option<Verdicts>,
+    pub since_start_vs_baseline: Option<Verdicts>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EntryReport {
+    pub entry: String,
+    pub baseline: String,
+    pub variants: Vec<VariantReport>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub window_seconds: f64,
+    pub slo: Slo,
+    pub entries: Vec<EntryReport>,
+    /// Outcomes the recorder could not keep up with (never expected; counted if it happens).
+    pub dropped_outcomes: u64,
+}
+
+/// Summarises tallies measured over `span`.
+pub fn summarise<'a>(tallies: impl Iterator<Item = &'a Tally>, span: Duration) -> Summary {
+    let empty = || Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds");
+    let (mut e2e, mut ttft, mut tpot) = (empty(), empty(), empty());
+    let (mut requests, mut failures, mut good, mut tokens) = (0, 0, 0, 0);
+    for tally in tallies {
+        requests += tally.requests;
+        failures += tally.failures;
+        good += tally.good;
+        tokens += tally.prompt_tokens + tally.completion_tokens;
+        e2e.add(&tally.e2e_us).expect("same bounds");
+        ttft.add(&tally.ttft_us).expect("same bounds");
+        tpot.add(&tally.tpot_us).expect("same bounds");
+    }
+    let quantile = |histogram: &Histogram<u64>, q: f64, scale: f64| {
+        (!histogram.is_empty()).then(|| histogram.value_at_quantile(q) as f64 / scale)
+    };
+    let seconds = span.as_secs_f64().max(1e-9);
+    Summary {
+        span_seconds: span.as_secs_f64(),
+        requests,
+        failures,
+        e2e_p95_s: quantile(&e2e, 0.95, 1e6),
+        ttft_p50_ms: quantile(&ttft, 0.5, 1e3),
+        ttft_p95_ms: quantile(&ttft, 0.95, 1e3),
+        tpot_p50_ms: quantile(&tpot, 0.5, 1e3),
+        qpm: requests as f64 / seconds * 60.0,
+        tpm: tokens as f64 / seconds * 60.0,
+        tokens_per_s: tokens as f64 / seconds,
+        goodput_per_s: good as f64 / seconds,
+    }
+}
+
+fn samples<'a>(tallies: impl Iterator<Item = &'a Tally>) -> (Vec<f64>, Vec<f64>) {
+    let (mut ttft, mut tpot) = (Vec::new(), Vec::new());
+    for tally in tallies {
+        ttft.extend_from_slice(tally.ttft_samples.samples());
+        tpot.extend_from_slice(tally.tpot_samples.samples());
+    }
+    (ttft, tpot)
+}
+
+fn verdicts(
+    baseline: &(Vec<f64>, Vec<f64>),
+    candidate: &(Vec<f64>, Vec<f64>),
+    settings: &CompareSettings,
+) -> Verdicts {
+    Verdicts {
+        ttft: compare(&baseline.0, &candidate.0, settings),
+        tpot: compare(&baseline.1, &candidate.1, settings),
+    }
+}
+
+/// Builds one entry's report; `variants` are in configured order, the first is the baseline.
+/// A variant with no series yet reports zeros and "not enough data".
+pub fn entry_report(
+    entry: &str,
+    variants: &[(&str, Option<&Series>)],
+    settings: &CompareSettings,
+    now: Instant,
+) -> EntryReport {
+    let window_samples = |series: Option<&Series>| {
+        series.map(|s| samples(s.window_tallies(now))).unwrap_or_default()
+    };
+    let start_samples = |series: Option<&Series>| {
+        series.map(|s| samples(std::iter::once(&s.since_start))).unwrap_or_default()
+    };
+    let baseline = variants.first().and_then(|(_, series)| *series);
+    let (baseline_window, baseline_start) = (window_samples(baseline), start_samples(baseline));
+    let reports = variants
+        .iter()
+        .enumerate()
+        .map(|(index, (name, series))| {
+            let (window, since_start) = match series {
+                Some(series) => (
+                    summarise(series.window_tallies(now), series.window_span(now)),
+                    summarise(std::iter::once(&series.since_start), series.age(now)),
+                ),
+                None => (
+                    summarise(std::iter::empty(), Duration::ZERO),
+                    summarise(std::iter::empty(), Duration::ZERO),
+                ),
+            };
+            let is_baseline = index == 0;
+            VariantReport {
+                variant: name.to_string(),
+                window,
+                since_start,
+                window_vs_baseline: (!is_baseline)
+                    .then(|| verdicts(&baseline_window, &window_samples(*series), settings)),
+                since_start_vs_baseline: (!is_baseline)
+                    .then(|| verdicts(&baseline_start, &start_samples(*series), settings)),
+            }
+        })
+        .collect();
+    EntryReport {
+        entry: entry.to_string(),
+        baseline: variants.first().map(|(name, _)| name.to_string()).unwrap_or_default(),
+        variants: reports,
+    }
+}
+
+/// The report as a plain-text table, one block per entry, over the sliding window.
+pub fn render_text(report: &Report) -> String {
+    let mut out = String::new();
+    let cell = |value: Option<f64>| value.map_or("-".to_string(), |v| format!("{v:.1}"));
+    for entry in &report.entries {
+        let _ = writeln!(
+            out,
+            "entry {} (baseline {}), last {:.0} s\n{:<16} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>8} {:>9}",
+            entry.entry,
+            entry.baseline,
+            report.window_seconds,
+            "variant",
+            "requests",
+            "failed",
+            "p95 e2e s",
+            "ttft p50",
+            "ttft p95",
+            "tpot p50",
+            "qpm",
+            "tpm",
+            "tok/s",
+            "goodput/s"
+        );
+        for variant in &entry.variants {
+            let s = &variant.window;
+            let _ = writeln!(
+                out,
+                "{:<16} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>8.1} {:>9.0} {:>8.1} {:>9.2}",
+                variant.variant,
+                s.requests,
+                s.failures,
+                s.e2e_p95_s.map_or("-".to_string(), |v| format!("{v:.3}")),
+                cell(s.ttft_p50_ms),
+                cell(s.ttft_p95_ms),
+                cell(s.tpot_p50_ms),
+                s.qpm,
+                s.tpm,
+                s.tokens_per_s,
+                s.goodput_per_s
+            );
+        }
+        for variant in &entry.variants {
+            if let Some(verdicts) = &variant.window_vs_baseline {
+                let _ = writeln!(
+                    out,
+                    "  {} vs {}: TTFT {}; TPOT {}",
+                    variant.variant,
+                    entry.baseline,
+                    describe(&verdicts.ttft),
+                    describe(&verdicts.tpot)
+                );
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// A verdict in words, with its confidence.
+pub fn describe(verdict: &Verdict) -> String {
+    let pct = |ratio: f64| (ratio - 1.0) * 100.0;
+    match verdict {
+        Verdict::NotEnoughData { baseline_samples, candidate_samples, needed } => {
+            format!(
+                "not enough data ({baseline_samples} vs {candidate_samples} samples, need {needed})"
+            )
+        }
+        Verdict::NoDifference { median_ratio, ratio_low, ratio_high, .. } => format!(
+            "no difference (median {:+.1}%, 95% CI {:+.1}%..{:+.1}%)",
+            pct(*median_ratio),
+            pct(*ratio_low),
+            pct(*ratio_high)
+        ),
+        Verdict::Slower { median_ratio, ratio_low, ratio_high, p_value } => format!(
+            "slower by {:.1}% (95% CI {:.1}%..{:.1}%, p={p_value:.2e})",
+            pct(*median_ratio),
+            pct(*ratio_low),
+            pct(*ratio_high)
+        ),
+        Verdict::Faster { median_ratio, ratio_low, ratio_high, p_value } => format!(
+            "faster by {:.1}% (95% CI {:.1}%..{:.1}%, p={p_value:.2e})",
+            -pct(*median_ratio),
+            -pct(*ratio_high),
+            -pct(*ratio_low)
+        ),
+        Verdict::Inconclusive { median_ratio, p_value, .. } => {
+            format!("inconclusive (median {:+.1}%, p={p_value:.2})", pct(*median_ratio))
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! The gateway's configuration: a TOML file (schema in [`raw`]) validated once into the
+//! typed [`GatewayConfig`] the rest of the gateway reads, with every bad field reported
+//! by its path (`replicas[2].url: ...`).
+
+mod raw;
+mod validate;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::gateway::entry::{Entry, Strategy};
+
+pub use validate::{ConfigError, ConfigIssue};
+
+/// Which policy picks a replica for a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyKind {
+    /// Power-of-two choices on the queue-depth score.
+    LeastQueue,
+    /// Each replica in turn: the baseline to compare against.
+    RoundRobin,
+}
+
+impl PolicyKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::LeastQueue => "least_queue",
+            Self::RoundRobin => "round_robin",
+        }
+    }
+}
+
+/// One upstream replica.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaConfig {
+    pub name: String,
+    /// `host:port` of its HTTP endpoint.
+    pub authority: String,
+    /// Fault domain: replicas on one node fail together.
+    pub node: String,
+}
+
+/// How one entry reaches its replicas.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryConfig {
+    pub strategy: Strategy,
+    /// A dedicated listener for this entry only, if any.
+    pub listen: Option<SocketAddr>,
+    /// Connections per replica under the `spread` strategy.
+    pub spread_connections: usize,
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GatewayConfig {
+    pub listen: SocketAddr,
+    pub admin_listen: SocketAddr,
+    pub policy: PolicyKind,
+    pub short_threshold_tokens: u64,
+    pub scrape_interval: Duration,
+    /// Reported replica figures older than this many intervals are ignored by the score.
+    pub stale_after_intervals: u32,
+    pub body_limit_bytes: usize,
+    pub drain_deadline: Duration,
+    pub connect_timeout: Duration,
+    pub short: EntryConfig,
+    pub long: EntryConfig,
+    pub debug: EntryConfig,
+    pub replicas: Vec<ReplicaConfig>,
+}
+
+/// The configuration used when none is given; replicas are added by the caller.
+pub const DEFAULT_TOML: &str = include_str!("default.toml");
+
+impl GatewayConfig {
+    /// Parses and validates a TOML document.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        validate::parse_and_validate(text)
+    }
+
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError {
+            issues: vec![ConfigIssue {
+                path: path.display().to_string(),
+                message: format!("cannot read: {error}"),
+            }],
+        })?;
+        Self::from_toml(&text)
+    }
+
+    /// The embedded default with the given replicas (each on its own node).
+    pub fn with_replicas(replicas: Vec<ReplicaConfig>) -> Self {
+        let mut config = Self::from_toml(DEFAULT_TOML).expect("embedded default is valid");
+        config.replicas = replicas;
+        config
+    }
+
+    pub fn entry(&self, entry: Entry) -> &EntryConfig {
+        match entry {
+            Entry::Short => &self.short,
+            Entry::Long => &self.long,
+            Entry::Debug => &self.debug,
+        }
+    }
+
+    pub fn entry_mut(&mut self, entry: Entry) -> &mut EntryConfig {
+        match entry {
+            Entry::Short => &mut self.short,
+            Entry::Long => &mut self.long,
+            Entry::Debug => &mut self.debug,
+        }
+    }
+}

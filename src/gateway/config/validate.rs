@@ -1,0 +1,322 @@
+//! Turns a [`RawConfig`] into a [`GatewayConfig`], collecting every bad field with its path
+//! instead of stopping at the first, and filling in defaults for what is left out.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::raw::{RawConfig, RawEntry, RawReplica};
+use super::{EntryConfig, GatewayConfig, PolicyKind, ReplicaConfig};
+use crate::gateway::entry::Strategy;
+
+/// One bad field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigIssue {
+    /// Where it is, e.g. `replicas[2].url`.
+    pub path: String,
+    pub message: String,
+}
+
+/// Everything wrong with a config file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    pub issues: Vec<ConfigIssue>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid configuration ({} problems)", self.issues.len())?;
+        for issue in &self.issues {
+            write!(f, "\n  {}: {}", issue.path, issue.message)?;
+        }
+        Ok(())
+    }
+}
+
+/// Collects issues while the typed config is built.
+#[derive(Default)]
+struct Issues(Vec<ConfigIssue>);
+
+impl Issues {
+    fn add(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.0.push(ConfigIssue { path: path.into(), message: message.into() });
+    }
+
+    fn addr(&mut self, path: &str, value: Option<&str>, default: &str) -> SocketAddr {
+        let text = value.unwrap_or(default);
+        text.parse().unwrap_or_else(|_| {
+            self.add(path, format!("`{text}` is not an address like 127.0.0.1:8080"));
+            default.parse().expect("defaults are valid")
+        })
+    }
+
+    fn positive(&mut self, path: &str, value: Option<i64>, default: u64, max: u64) -> u64 {
+        match value {
+            None => default,
+            Some(number) if number >= 1 && number as u64 <= max => number as u64,
+            Some(number) => {
+                self.add(path, format!("{number} is out of range 1..={max}"));
+                default
+            }
+        }
+    }
+}
+
+pub(super) fn parse_and_validate(text: &str) -> Result<GatewayConfig, ConfigError> {
+    let raw: RawConfig = toml::from_str(text).map_err(|error| ConfigError {
+        issues: vec![ConfigIssue {
+            path: error_path(text, &error),
+            message: error.message().to_string(),
+        }],
+    })?;
+    let mut issues = Issues::default();
+    let config = build(raw, &mut issues);
+    if issues.0.is_empty() { Ok(config) } else { Err(ConfigError { issues: issues.0 }) }
+}
+
+/// Where a TOML syntax or schema error is: its line, as toml's errors carry a span only.
+fn error_path(text: &str, error: &toml::de::Error) -> String {
+    match error.span() {
+        Some(span) => format!("line {}", text[..span.start].matches('\n').count() + 1),
+        None => "config".into(),
+    }
+}
+
+fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
+    let policy = match raw.policy.as_deref().unwrap_or("least_queue") {
+        "least_queue" => PolicyKind::LeastQueue,
+        "round_robin" => PolicyKind::RoundRobin,
+        other => {
+            issues.add(
+                "policy",
+                format!("unknown policy `{other}` (expected least_queue or round_robin)"),
+            );
+            PolicyKind::LeastQueue
+        }
+    };
+    if let Some(tokenizer) = &raw.classifier.tokenizer {
+        issues.add(
+            "classifier.tokenizer",
+            format!(
+                "`{tokenizer}`: exact tokenizer counts are not built into this release; \
+                 remove the field to use the estimator"
+            ),
+        );
+    }
+    let config = GatewayConfig {
+        listen: issues.addr("listen", raw.listen.as_deref(), "127.0.0.1:8080"),
+        admin_listen: issues.addr("admin_listen", raw.admin_listen.as_deref(), "127.0.0.1:9090"),
+        policy,
+        short_threshold_tokens: issues.positive(
+            "classifier.short_threshold_tokens",
+            raw.classifier.short_threshold_tokens,
+            2048,
+            10_000_000,
+        ),
+        scrape_interval: Duration::from_millis(issues.positive(
+            "scrape.interval_ms",
+            raw.scrape.interval_ms,
+            250,
+            3_600_000,
+        )),
+        stale_after_intervals: issues.positive(
+            "scrape.stale_after_intervals",
+            raw.scrape.stale_after_intervals,
+            4,
+            1000,
+        ) as u32,
+        body_limit_bytes: issues.positive(
+            "body_limit_bytes",
+            raw.body_limit_bytes,
+            16 << 20,
+            1 << 32,
+        ) as usize,
+        drain_deadline: Duration::from_millis(issues.positive(
+            "drain_deadline_ms",
+            raw.drain_deadline_ms,
+            30_000,
+            3_600_000,
+        )),
+        connect_timeout: Duration::from_millis(issues.positive(
+            "connect_timeout_ms",
+            raw.connect_timeout_ms,
+            2000,
+            600_000,
+        )),
+        short: entry("entries.short", &raw.entries.short, Strategy::ForceClose, issues),
+        long: entry("entries.long", &raw.entries.long, Strategy::KeepAlive, issues),
+        debug: entry("entries.debug", &raw.entries.debug, Strategy::KeepAlive, issues),
+        replicas: replicas(&raw.replicas, issues),
+    };
+    check_distinct_listeners(&config, issues);
+    config
+}
+
+fn entry(path: &str, raw: &RawEntry, default: Strategy, issues: &mut Issues) -> EntryConfig {
+    let strategy = match raw.strategy.as_deref().map(str::parse::<Strategy>) {
+        None => default,
+        Some(Ok(strategy)) => strategy,
+        Some(Err(message)) => {
+            issues.add(format!("{path}.strategy"), message);
+            default
+        }
+    };
+    let listen = raw
+        .listen
+        .as_deref()
+        .map(|text| issues.addr(&format!("{path}.listen"), Some(text), "127.0.0.1:0"));
+    let spread_connections =
+        issues.positive(&format!("{path}.spread_connections"), raw.spread_connections, 8, 1024)
+            as usize;
+    EntryConfig { strategy, listen, spread_connections }
+}
+
+fn replicas(raw: &[RawReplica], issues: &mut Issues) -> Vec<ReplicaConfig> {
+    let mut names = HashSet::new();
+    let mut replicas = Vec::with_capacity(raw.len());
+    for (index, replica) in raw.iter().enumerate() {
+        let path = format!("replicas[{index}]");
+        let name = match replica.name.as_deref() {
+            None | Some("") => {
+                issues.add(format!("{path}.name"), "is required");
+                format!("replica-{index}")
+            }
+            Some(name) if name.contains('/') || name.contains(char::is_whitespace) => {
+                issues.add(format!("{path}.name"), format!("`{name}` must not hold '/' or spaces"));
+                name.to_string()
+            }
+            Some(name) => name.to_string(),
+        };
+        if !names.insert(name.clone()) {
+            issues.add(format!("{path}.name"), format!("`{name}` is used twice"));
+        }
+        let authority = match replica.url.as_deref() {
+            None => {
+                issues.add(format!("{path}.url"), "is required");
+                String::new()
+            }
+            Some(url) => parse_url(url).unwrap_or_else(|message| {
+                issues.add(format!("{path}.url"), message);
+                String::new()
+            }),
+        };
+        let node = replica.node.clone().unwrap_or_else(|| name.clone());
+        replicas.push(ReplicaConfig { name, authority, node });
+    }
+    replicas
+}
+
+/// `http://host:port[/]` to `host:port`; TLS to replicas is not supported.
+fn parse_url(url: &str) -> Result<String, String> {
+    let uri: http::Uri = url.parse().map_err(|_| format!("`{url}` is not a URL"))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(format!("`{url}`: only http:// replicas are supported"));
+    }
+    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+        return Err(format!("`{url}`: give the replica's root, without a path"));
+    }
+    let host = uri.host().ok_or_else(|| format!("`{url}` has no host"))?;
+    Ok(format!("{host}:{}", uri.port_u16().unwrap_or(80)))
+}
+
+fn check_distinct_listeners(config: &GatewayConfig, issues: &mut Issues) {
+    let mut seen: Vec<(&str, SocketAddr)> = vec![("listen", config.listen)];
+    let candidates = [
+        ("admin_listen", Some(config.admin_listen)),
+        ("entries.short.listen", config.short.listen),
+        ("entries.long.listen", config.long.listen),
+        ("entries.debug.listen", config.debug.listen),
+    ];
+    for (path, addr) in candidates {
+        let Some(addr) = addr else { continue };
+        if addr.port() != 0
+            && let Some((other, _)) = seen.iter().find(|(_, seen_addr)| *seen_addr == addr)
+        {
+            issues.add(path, format!("{addr} is already used by `{other}`"));
+        }
+        seen.push((path, addr));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_gives_the_defaults() {
+        let config = parse_and_validate("").unwrap();
+        assert_eq!(config.short_threshold_tokens, 2048);
+        assert_eq!(config.scrape_interval, Duration::from_millis(250));
+        assert_eq!(config.body_limit_bytes, 16 << 20);
+        assert_eq!(config.short.strategy, Strategy::ForceClose);
+        assert_eq!(config.long.strategy, Strategy::KeepAlive);
+        assert_eq!(config.policy, PolicyKind::LeastQueue);
+    }
+
+    #[test]
+    fn every_bad_field_is_named_by_its_path() {
+        let text = r#"
+            listen = "nowhere"
+            policy = "random"
+            [classifier]
+            short_threshold_tokens = 0
+            [entries.short]
+            strategy = "sometimes"
+            [[replicas]]
+            name = "a"
+            url = "http://10.0.0.1:8000"
+            [[replicas]]
+            name = "a"
+            url = "https://10.0.0.2:8000"
+            [[replicas]]
+            url = "http://10.0.0.3:8000/v1"
+        "#;
+        let error = parse_and_validate(text).unwrap_err();
+        let mut paths: Vec<&str> = error.issues.iter().map(|i| i.path.as_str()).collect();
+        paths.sort_unstable();
+        assert_eq!(
+            paths,
+            [
+                "classifier.short_threshold_tokens",
+                "entries.short.strategy",
+                "listen",
+                "policy",
+                "replicas[1].name",
+                "replicas[1].url",
+                "replicas[2].name",
+                "replicas[2].url",
+            ]
+        );
+        assert!(error.to_string().contains("replicas[1].url: `https://10.0.0.2:8000`"));
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected() {
+        let error =
+            parse_and_validate("[entries.short]\nstrategy = \"spread\"\nfoo = 1\n").unwrap_err();
+        assert!(error.issues[0].message.contains("unknown field `foo`"), "{error}");
+    }
+
+    #[test]
+    fn replica_urls_become_authorities_and_nodes_default_to_names() {
+        let config = parse_and_validate(
+            "[[replicas]]\nname = \"r0\"\nurl = \"http://10.0.0.1\"\n\
+             [[replicas]]\nname = \"r1\"\nurl = \"http://10.0.0.1:8001/\"\nnode = \"n1\"\n",
+        )
+        .unwrap();
+        assert_eq!(config.replicas[0].authority, "10.0.0.1:80");
+        assert_eq!(config.replicas[0].node, "r0");
+        assert_eq!(config.replicas[1].authority, "10.0.0.1:8001");
+        assert_eq!(config.replicas[1].node, "n1");
+    }
+
+    #[test]
+    fn a_port_may_not_serve_two_listeners() {
+        let error = parse_and_validate(
+            "listen = \"127.0.0.1:8080\"\n[entries.long]\nlisten = \"127.0.0.1:8080\"\n",
+        )
+        .unwrap_err();
+        assert_eq!(error.issues[0].path, "entries.long.listen");
+    }
+}

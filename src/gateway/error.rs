@@ -1,0 +1,137 @@
+//! Everything that can go wrong on the request path, where it came from, whether a retry on
+//! another replica is allowed, and the one place it becomes an OpenAI-shape error response.
+
+use http::Response;
+
+use crate::gateway::body::{BoxError, ProxyBody, boxed};
+use crate::gateway::entry::UnknownEntry;
+use crate::openai::{ApiError, ErrorKind, RequestParseError};
+
+/// A failed request, before any response bytes went out.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// Downstream: the body is not a valid inference request.
+    #[error("invalid request body: {0}")]
+    BadBody(#[source] RequestParseError),
+    /// Downstream: `x-laneway-entry` names no entry.
+    #[error("header x-laneway-entry: {0}")]
+    UnknownEntry(#[source] UnknownEntry),
+    /// Downstream: a header value is not text.
+    #[error("header {0} is not valid text")]
+    BadHeader(&'static str),
+    /// Downstream: the debug entry was not told which replica to reach.
+    #[error("debug entry needs /debug/{{replica}}/{{path}} or an x-laneway-replica header")]
+    MissingReplica,
+    /// Downstream: no replica has this name.
+    #[error("unknown replica `{0}`")]
+    UnknownReplica(String),
+    /// Downstream: the body is over the configured limit.
+    #[error("request body is over the limit of {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    /// Downstream: an inference path called with another method than POST.
+    #[error("method {method} is not allowed on {path}; use POST")]
+    MethodNotAllowed { method: http::Method, path: String },
+    /// Downstream: the client's body could not be read.
+    #[error("reading the request body failed: {0}")]
+    ClientBody(#[source] BoxError),
+    /// Internal: the replica set is empty.
+    #[error("no replica is configured")]
+    NoReplica,
+    /// Upstream: the connection could not be made; nothing was sent, so retry is allowed.
+    #[error("cannot connect to replica `{replica}`: {source}")]
+    UpstreamConnect {
+        replica: String,
+        #[source]
+        source: BoxError,
+    },
+    /// Upstream: the request was sent, the replica did not answer properly.
+    #[error("replica `{replica}` failed: {source}")]
+    UpstreamReset {
+        replica: String,
+        #[source]
+        source: BoxError,
+    },
+}
+
+impl GatewayError {
+    /// The `kind` label of `laneway_request_errors_total`.
+    pub fn kind_label(&self) -> &'static str {
+        match self {
+            Self::BadBody(_) | Self::BadHeader(_) | Self::MissingReplica => "bad_request",
+            Self::UnknownEntry(_) => "unknown_entry",
+            Self::UnknownReplica(_) => "unknown_replica",
+            Self::PayloadTooLarge { .. } => "payload_too_large",
+            Self::MethodNotAllowed { .. } => "method_not_allowed",
+            Self::ClientBody(_) => "client_body",
+            Self::NoReplica => "no_replica",
+            Self::UpstreamConnect { .. } => "upstream_connect",
+            Self::UpstreamReset { .. } => "upstream_reset",
+        }
+    }
+
+    /// Whether the request may be sent to another replica: only when this one never saw it.
+    pub fn retry_allowed(&self) -> bool {
+        matches!(self, Self::UpstreamConnect { .. })
+    }
+
+    fn api_kind(&self) -> ErrorKind {
+        match self {
+            Self::BadBody(_)
+            | Self::UnknownEntry(_)
+            | Self::BadHeader(_)
+            | Self::MissingReplica
+            | Self::ClientBody(_) => ErrorKind::BadRequest,
+            Self::UnknownReplica(_) => ErrorKind::NotFound,
+            Self::PayloadTooLarge { .. } => ErrorKind::PayloadTooLarge,
+            Self::MethodNotAllowed { .. } => ErrorKind::MethodNotAllowed,
+            Self::NoReplica => ErrorKind::Unavailable,
+            Self::UpstreamConnect { .. } | Self::UpstreamReset { .. } => ErrorKind::BadGateway,
+        }
+    }
+
+    /// The OpenAI-shape error response sent to the client.
+    pub fn into_response(self) -> Response<ProxyBody> {
+        let api_error = ApiError::new(self.api_kind(), self.to_string());
+        let mut response =
+            api_error.into_response::<http_body_util::Full<bytes::Bytes>>().map(boxed);
+        if let Self::MethodNotAllowed { .. } = self {
+            response
+                .headers_mut()
+                .insert(http::header::ALLOW, http::HeaderValue::from_static("POST"));
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_and_retry_rules() {
+        let cases: Vec<(GatewayError, u16, bool)> = vec![
+            (GatewayError::BadBody(RequestParseError::MissingMessages), 400, false),
+            (GatewayError::UnknownEntry(UnknownEntry("x".into())), 400, false),
+            (GatewayError::PayloadTooLarge { limit: 1 }, 413, false),
+            (
+                GatewayError::MethodNotAllowed {
+                    method: http::Method::GET,
+                    path: "/v1/completions".into(),
+                },
+                405,
+                false,
+            ),
+            (GatewayError::UnknownReplica("r".into()), 404, false),
+            (GatewayError::NoReplica, 503, false),
+            (
+                GatewayError::UpstreamConnect { replica: "r".into(), source: "refused".into() },
+                502,
+                true,
+            ),
+        ];
+        for (error, status, retry) in cases {
+            assert_eq!(error.retry_allowed(), retry, "{error}");
+            assert_eq!(error.into_response().status().as_u16(), status);
+        }
+    }
+}

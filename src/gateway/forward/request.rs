@@ -1,0 +1,102 @@
+//! Rewriting a client request into the request a replica receives: the target, the
+//! protocol version and the hop-by-hop headers change; everything else passes as is.
+
+use http::header::{self, HeaderName, HeaderValue};
+use http::uri::PathAndQuery;
+use http::{HeaderMap, Request, Uri, Version};
+
+use crate::gateway::body::ProxyBody;
+
+/// Headers that describe one connection, not the request (RFC 9110 §7.6.1).
+const HOP_BY_HOP: [HeaderName; 7] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+];
+
+/// Removes the headers that describe one connection, in either direction: the client's
+/// connection to us and ours to the replica are different connections.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if let Some(listed) = headers.get(header::CONNECTION).cloned() {
+        // Headers the sender marked connection-specific go too.
+        for name in listed.to_str().unwrap_or("").split(',') {
+            if let Ok(name) = HeaderName::from_bytes(name.trim().as_bytes()) {
+                headers.remove(name);
+            }
+        }
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+/// How the upstream client wants the target written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetForm {
+    /// `/path?query` with a `Host` header, for a connection we hold ourselves.
+    Origin,
+    /// `http://host:port/path?query`, for the pooled client that opens its own connections.
+    Absolute,
+}
+
+/// Points `request` at `authority`, keeping its path and query unless `path` replaces them.
+pub fn to_upstream(
+    mut request: Request<ProxyBody>,
+    authority: &str,
+    path: Option<PathAndQuery>,
+    form: TargetForm,
+) -> Request<ProxyBody> {
+    let path = path
+        .or_else(|| request.uri().path_and_query().cloned())
+        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    *request.uri_mut() = match form {
+        TargetForm::Origin => Uri::from(path),
+        TargetForm::Absolute => Uri::builder()
+            .scheme("http")
+            .authority(authority)
+            .path_and_query(path)
+            .build()
+            .expect("validated authority and parsed path"),
+    };
+    // Replicas speak HTTP/1.1 whatever the client spoke.
+    *request.version_mut() = Version::HTTP_11;
+    let headers = request.headers_mut();
+    strip_hop_by_hop(headers);
+    if let Ok(host) = HeaderValue::from_str(authority) {
+        headers.insert(header::HOST, host);
+    }
+    request
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::body::empty;
+
+    #[test]
+    fn rewrites_target_version_and_hop_headers() {
+        let request = Request::builder()
+            .uri("/v1/models?x=1")
+            .version(Version::HTTP_2)
+            .header("connection", "keep-alive, x-private")
+            .header("x-private", "1")
+            .header("authorization", "Bearer k")
+            .body(empty())
+            .unwrap();
+        let upstream = to_upstream(request, "10.0.0.1:8000", None, TargetForm::Absolute);
+        assert_eq!(upstream.uri(), "http://10.0.0.1:8000/v1/models?x=1");
+        assert_eq!(upstream.version(), Version::HTTP_11);
+        assert!(upstream.headers().get("connection").is_none());
+        assert!(upstream.headers().get("x-private").is_none());
+        assert_eq!(upstream.headers()["authorization"], "Bearer k");
+        assert_eq!(upstream.headers()["host"], "10.0.0.1:8000");
+        let request = Request::builder().uri("/debug/r0/metrics").body(empty()).unwrap();
+        let path = PathAndQuery::from_static("/metrics");
+        let upstream = to_upstream(request, "h:1", Some(path), TargetForm::Origin);
+        assert_eq!(upstream.uri(), "/metrics");
+    }
+}

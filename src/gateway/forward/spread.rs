@@ -1,0 +1,90 @@
+//! `spread`: a fixed set of N connections per replica, used in turn, so that requests land
+//! on up to N API-server processes without a handshake each. A connection still streaming
+//! a response is skipped; when all N are busy the request gets a one-off connection rather
+//! than queue behind a stream.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use tokio::sync::Mutex;
+
+use super::{force_close, upstream_error};
+use crate::gateway::body::ProxyBody;
+use crate::gateway::error::GatewayError;
+
+/// One replica's connections.
+struct SpreadPool {
+    // A tokio mutex per slot, only ever `try_lock`ed or held across its own reconnect: a
+    // busy slot is skipped, never waited for.
+    slots: Vec<Mutex<Option<SendRequest<ProxyBody>>>>,
+    next: AtomicUsize,
+}
+
+/// The spread connections of one entry, per replica.
+pub struct Spread {
+    pools: DashMap<String, Arc<SpreadPool>>,
+    connections: usize,
+    connect_timeout: Duration,
+    /// Requests that found every slot busy and used a one-off connection.
+    pub overflow_requests: AtomicU64,
+}
+
+impl Spread {
+    pub fn new(connections: usize, connect_timeout: Duration) -> Self {
+        Self {
+            pools: DashMap::new(),
+            connections: connections.max(1),
+            connect_timeout,
+            overflow_requests: AtomicU64::new(0),
+        }
+    }
+
+    fn pool(&self, replica: &str) -> Arc<SpreadPool> {
+        if let Some(pool) = self.pools.get(replica) {
+            return pool.clone();
+        }
+        self.pools
+            .entry(replica.to_string())
+            .or_insert_with(|| {
+                Arc::new(SpreadPool {
+                    slots: (0..self.connections).map(|_| Mutex::new(None)).collect(),
+                    next: AtomicUsize::new(0),
+                })
+            })
+            .clone()
+    }
+
+    /// Sends `request` (origin-form target) on the next free connection to the replica.
+    pub async fn send(
+        &self,
+        replica: &str,
+        authority: &str,
+        request: Request<ProxyBody>,
+    ) -> Result<Response<Incoming>, GatewayError> {
+        let pool = self.pool(replica);
+        let count = pool.slots.len();
+        let start = pool.next.fetch_add(1, Ordering::Relaxed);
+        for turn in 0..count {
+            let Ok(mut slot) = pool.slots[(start + turn) % count].try_lock() else {
+                continue;
+            };
+            let sender = match slot.as_mut() {
+                Some(sender) if sender.is_ready() => sender,
+                Some(sender) if !sender.is_closed() => continue,
+                _ => slot
+                    .insert(force_close::connect(replica, authority, self.connect_timeout).await?),
+            };
+            // The response future does not borrow the connection: release the slot now.
+            let response = sender.send_request(request);
+            drop(slot);
+            return response.await.map_err(|error| upstream_error(replica, error));
+        }
+        self.overflow_requests.fetch_add(1, Ordering::Relaxed);
+        force_close::send(replica, authority, self.connect_timeout, request).await
+    }
+}

@@ -1,0 +1,92 @@
+//! Turning a replica's response into the client's: the body wrapped for observation, the
+//! `x-laneway-*` headers added, nothing else changed.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::header::{CONTENT_TYPE, HeaderName, HeaderValue};
+use http::{HeaderMap, Response};
+use hyper::body::Incoming;
+
+use crate::gateway::body::{ProxyBody, boxed};
+use crate::gateway::entry::{Entry, Strategy};
+use crate::gateway::forward::request::strip_hop_by_hop;
+use crate::gateway::observe::{
+    BodyKind, DEFAULT_VARIANT, ObservedBody, Recorder, RequestLabels, status_class,
+};
+use crate::gateway::pick::InFlightGuard;
+use crate::gateway::state::GatewayState;
+
+pub const ENTRY_HEADER: HeaderName = HeaderName::from_static("x-laneway-entry");
+pub const REPLICA_HEADER: HeaderName = HeaderName::from_static("x-laneway-replica");
+pub const STRATEGY_HEADER: HeaderName = HeaderName::from_static("x-laneway-strategy");
+pub const VARIANT_HEADER: HeaderName = HeaderName::from_static("x-laneway-variant");
+
+/// Adds the headers that tell a client where its request went.
+pub fn tag(headers: &mut HeaderMap, entry: Entry, strategy: Strategy, replica: Option<&str>) {
+    headers.insert(ENTRY_HEADER, HeaderValue::from_static(entry.as_str()));
+    headers.insert(STRATEGY_HEADER, HeaderValue::from_static(strategy.as_str()));
+    headers.insert(VARIANT_HEADER, HeaderValue::from_static(DEFAULT_VARIANT));
+    if let Some(value) = replica.and_then(|name| HeaderValue::from_str(name).ok()) {
+        headers.insert(REPLICA_HEADER, value);
+    }
+}
+
+/// What is known about a request when its response comes back.
+pub struct Proxied {
+    pub entry: Entry,
+    pub strategy: Strategy,
+    pub received_at: Instant,
+    /// The response is from an inference path (so tokens can be measured).
+    pub inference: bool,
+    pub prompt_tokens: u64,
+    pub guard: InFlightGuard,
+}
+
+/// Builds the client's response around the replica's, streaming and observed.
+pub fn respond(
+    state: &Arc<GatewayState>,
+    proxied: Proxied,
+    upstream: Response<Incoming>,
+) -> Response<ProxyBody> {
+    let headers_at = Instant::now();
+    let status = upstream.status();
+    let replica = proxied.guard.replica().name.clone();
+    if status.is_server_error() {
+        state.metrics.record_error(proxied.entry.as_str(), "upstream_status");
+    }
+    let kind = body_kind(proxied.inference, upstream.headers());
+    let labels = RequestLabels {
+        entry: proxied.entry,
+        strategy: proxied.strategy,
+        replica: replica.clone(),
+        status_class: status_class(status),
+    };
+    let recorder = Recorder::new(
+        state.metrics.clone(),
+        labels,
+        kind,
+        proxied.received_at,
+        proxied.prompt_tokens,
+    );
+    let (mut parts, body) = upstream.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    tag(&mut parts.headers, proxied.entry, proxied.strategy, Some(&replica));
+    let body = boxed(ObservedBody::new(body, recorder, proxied.guard));
+    state.metrics.record_overhead("first_byte", headers_at);
+    Response::from_parts(parts, body)
+}
+
+fn body_kind(inference: bool, headers: &HeaderMap) -> BodyKind {
+    if !inference {
+        return BodyKind::Opaque;
+    }
+    let content_type = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if content_type.starts_with("text/event-stream") {
+        BodyKind::Stream
+    } else if content_type.starts_with("application/json") {
+        BodyKind::Json
+    } else {
+        BodyKind::Opaque
+    }
+}

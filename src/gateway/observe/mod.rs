@@ -1,0 +1,10 @@
+//! Phase 4, observe: watches every proxied response as it streams (TTFT, inter-token gaps,
+//! TPOT, E2E, tokens) and exports the gateway's Prometheus metrics.
+
+pub mod body;
+pub mod metrics;
+pub mod recorder;
+
+pub use body::ObservedBody;
+pub use metrics::{GatewayMetrics, status_class};
+pub use recorder::{BodyKind, DEFAULT_VARIANT, Outcome, Recorder, RequestLabels};

@@ -1,0 +1,58 @@
+//! The in-flight guard: a request counts against its replica from the moment it is picked
+//! until its response body ends or is dropped (client gone), never just until headers.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::replica::Replica;
+
+/// Holds one request's share of a replica's in-flight counters; dropping it releases them.
+#[derive(Debug)]
+pub struct InFlightGuard {
+    replica: Arc<Replica>,
+    prompt_tokens: u64,
+}
+
+impl InFlightGuard {
+    pub fn acquire(replica: Arc<Replica>, prompt_tokens: u64) -> Self {
+        replica.load.in_flight.fetch_add(1, Ordering::Relaxed);
+        replica.load.in_flight_prompt_tokens.fetch_add(prompt_tokens, Ordering::Relaxed);
+        Self { replica, prompt_tokens }
+    }
+
+    pub fn replica(&self) -> &Arc<Replica> {
+        &self.replica
+    }
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        let load = &self.replica.load;
+        load.in_flight.fetch_sub(1, Ordering::Relaxed);
+        load.in_flight_prompt_tokens.fetch_sub(self.prompt_tokens, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::config::ReplicaConfig;
+
+    #[test]
+    fn counts_while_held_and_releases_on_drop() {
+        let replica = Arc::new(Replica::new(&ReplicaConfig {
+            name: "r".into(),
+            authority: "127.0.0.1:1".into(),
+            node: "n".into(),
+        }));
+        let first = InFlightGuard::acquire(replica.clone(), 100);
+        let second = InFlightGuard::acquire(replica.clone(), 20);
+        assert_eq!(replica.load.in_flight(), 2);
+        assert_eq!(replica.load.in_flight_prompt_tokens(), 120);
+        drop(first);
+        assert_eq!(replica.load.in_flight(), 1);
+        assert_eq!(replica.load.in_flight_prompt_tokens(), 20);
+        drop(second);
+        assert_eq!(replica.load.in_flight(), 0);
+    }
+}

@@ -1,0 +1,119 @@
+//! Phase 2, pick: chooses the replica for a request from a lock-free snapshot of the
+//! replica set (behind `ArcSwap`) and per-replica atomic load figures.
+
+pub mod guard;
+pub mod least_queue;
+pub mod policy;
+pub mod replica;
+pub mod round_robin;
+pub mod scrape;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+
+use crate::gateway::config::{GatewayConfig, PolicyKind};
+pub use guard::InFlightGuard;
+pub use policy::{PickContext, Policy};
+pub use replica::{Replica, ReportedLoad};
+
+/// The replicas and the policy that chooses among them.
+pub struct Picker {
+    replicas: ArcSwap<Vec<Arc<Replica>>>,
+    policy: Box<dyn Policy>,
+    /// Time base for scrape ages.
+    pub epoch: Instant,
+    /// Reported figures older than this are ignored.
+    pub fresh_for: Duration,
+}
+
+impl Picker {
+    pub fn new(config: &GatewayConfig) -> Self {
+        let replicas = config.replicas.iter().map(|r| Arc::new(Replica::new(r))).collect();
+        let policy: Box<dyn Policy> = match config.policy {
+            PolicyKind::LeastQueue => Box::new(least_queue::LeastQueue),
+            PolicyKind::RoundRobin => Box::new(round_robin::RoundRobin::default()),
+        };
+        Self::with_policy(replicas, policy, config.scrape_interval * config.stale_after_intervals)
+    }
+
+    pub fn with_policy(
+        replicas: Vec<Arc<Replica>>,
+        policy: Box<dyn Policy>,
+        fresh_for: Duration,
+    ) -> Self {
+        Self { replicas: ArcSwap::from_pointee(replicas), policy, epoch: Instant::now(), fresh_for }
+    }
+
+    pub fn policy_name(&self) -> &'static str {
+        self.policy.name()
+    }
+
+    /// The current replica set.
+    pub fn snapshot(&self) -> Arc<Vec<Arc<Replica>>> {
+        self.replicas.load_full()
+    }
+
+    /// Replaces the replica set; requests in flight keep the replicas they hold.
+    pub fn replace(&self, replicas: Vec<Arc<Replica>>) {
+        self.replicas.store(Arc::new(replicas));
+    }
+
+    pub fn by_name(&self, name: &str) -> Option<Arc<Replica>> {
+        self.replicas.load().iter().find(|r| r.name == name).cloned()
+    }
+
+    /// Picks a replica, avoiding `exclude` (by name) when another is available.
+    pub fn pick(&self, exclude: Option<&str>) -> Option<Arc<Replica>> {
+        let replicas = self.replicas.load();
+        let context = PickContext {
+            epoch: self.epoch,
+            now: Instant::now(),
+            fresh_for: self.fresh_for,
+            exclude: exclude.and_then(|name| replicas.iter().position(|r| r.name == name)),
+        };
+        let index = self.policy.pick(&replicas, &context)?;
+        Some(replicas[index].clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::config::ReplicaConfig;
+
+    fn picker(policy: PolicyKind) -> Picker {
+        let replicas = (0..3)
+            .map(|i| ReplicaConfig {
+                name: format!("r{i}"),
+                authority: format!("127.0.0.1:{}", 9000 + i),
+                node: "n".into(),
+            })
+            .collect();
+        let mut config = GatewayConfig::with_replicas(replicas);
+        config.policy = policy;
+        Picker::new(&config)
+    }
+
+    #[test]
+    fn round_robin_takes_turns_and_skips_the_excluded() {
+        let picker = picker(PolicyKind::RoundRobin);
+        let names: Vec<String> = (0..6).map(|_| picker.pick(None).unwrap().name.clone()).collect();
+        assert_eq!(names, ["r0", "r1", "r2", "r0", "r1", "r2"]);
+        for _ in 0..6 {
+            assert_ne!(picker.pick(Some("r1")).unwrap().name, "r1");
+        }
+    }
+
+    #[test]
+    fn an_empty_set_or_an_excluded_only_replica_picks_nothing() {
+        let picker = picker(PolicyKind::LeastQueue);
+        let only = picker.snapshot()[0].clone();
+        picker.replace(vec![only]);
+        assert_eq!(picker.pick(Some("r0")).map(|r| r.name.clone()), None);
+        assert_eq!(picker.pick(None).unwrap().name, "r0");
+        picker.replace(Vec::new());
+        assert!(picker.pick(None).is_none());
+    }
+}

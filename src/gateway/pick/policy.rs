@@ -1,0 +1,40 @@
+//! The small trait every balancing policy implements.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::replica::Replica;
+
+/// What a policy may look at besides the replicas.
+#[derive(Debug, Clone, Copy)]
+pub struct PickContext {
+    /// The replica set's time base for scrape ages.
+    pub epoch: Instant,
+    pub now: Instant,
+    /// Reported figures older than this are ignored.
+    pub fresh_for: std::time::Duration,
+    /// A replica not to pick (the one a retry is moving away from).
+    pub exclude: Option<usize>,
+}
+
+/// Chooses one replica among candidates. Implementations must not block or lock: they run
+/// on every request.
+pub trait Policy: Send + Sync {
+    fn name(&self) -> &'static str;
+
+    /// The index of the chosen replica, `None` if no candidate is left.
+    fn pick(&self, replicas: &[Arc<Replica>], context: &PickContext) -> Option<usize>;
+}
+
+/// The candidates left after the exclusion, as indices.
+pub(super) fn candidate_count(replicas: &[Arc<Replica>], context: &PickContext) -> usize {
+    replicas.len() - usize::from(context.exclude.is_some_and(|i| i < replicas.len()))
+}
+
+/// Maps the n-th candidate to its index, skipping the excluded one.
+pub(super) fn nth_candidate(n: usize, context: &PickContext) -> usize {
+    match context.exclude {
+        Some(excluded) if n >= excluded => n + 1,
+        _ => n,
+    }
+}

@@ -1,0 +1,107 @@
+//! One replica as the picker sees it: its address and the lock-free load figures that the
+//! request path, the in-flight guard and the metrics scraper update.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::gateway::config::ReplicaConfig;
+
+/// A replica and its load.
+#[derive(Debug)]
+pub struct Replica {
+    pub name: String,
+    /// `host:port`.
+    pub authority: String,
+    /// Fault domain.
+    pub node: String,
+    pub load: ReplicaLoad,
+}
+
+impl Replica {
+    pub fn new(config: &ReplicaConfig) -> Self {
+        Self {
+            name: config.name.clone(),
+            authority: config.authority.clone(),
+            node: config.node.clone(),
+            load: ReplicaLoad::default(),
+        }
+    }
+}
+
+/// Load figures, each an atomic so that picking never takes a lock.
+#[derive(Debug, Default)]
+pub struct ReplicaLoad {
+    /// Requests this gateway sent that have not finished their response body.
+    pub in_flight: AtomicU64,
+    /// Estimated prompt tokens of those requests.
+    pub in_flight_prompt_tokens: AtomicU64,
+    /// Connect failures since the last successful scrape or request.
+    pub connect_failures: AtomicU64,
+    /// Last scraped `vllm:num_requests_waiting` (or SGLang's equivalent).
+    pub reported_waiting: AtomicU64,
+    /// Last scraped `vllm:num_requests_running`.
+    pub reported_running: AtomicU64,
+    /// Last scraped KV-cache use, 0..1, as `f64` bits.
+    kv_cache_usage_bits: AtomicU64,
+    /// When the last successful scrape finished, in microseconds since the set's epoch
+    /// plus one; zero means never.
+    last_scrape_micros: AtomicU64,
+}
+
+/// What the scraper read from a replica's `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ReportedLoad {
+    pub waiting: u64,
+    pub running: u64,
+    pub kv_cache_usage: f64,
+}
+
+impl ReplicaLoad {
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    pub fn in_flight_prompt_tokens(&self) -> u64 {
+        self.in_flight_prompt_tokens.load(Ordering::Relaxed)
+    }
+
+    pub fn kv_cache_usage(&self) -> f64 {
+        f64::from_bits(self.kv_cache_usage_bits.load(Ordering::Relaxed))
+    }
+
+    /// Stores a scrape's result, taken at `now`.
+    pub fn record_scrape(&self, reported: ReportedLoad, epoch: Instant, now: Instant) {
+        self.reported_waiting.store(reported.waiting, Ordering::Relaxed);
+        self.reported_running.store(reported.running, Ordering::Relaxed);
+        self.kv_cache_usage_bits.store(reported.kv_cache_usage.to_bits(), Ordering::Relaxed);
+        let micros = now.saturating_duration_since(epoch).as_micros() as u64 + 1;
+        self.last_scrape_micros.store(micros, Ordering::Release);
+        self.connect_failures.store(0, Ordering::Relaxed);
+    }
+
+    /// Age of the last successful scrape at `now`, `None` if there was none.
+    pub fn scrape_age(&self, epoch: Instant, now: Instant) -> Option<Duration> {
+        match self.last_scrape_micros.load(Ordering::Acquire) {
+            0 => None,
+            micros => {
+                let at = epoch + Duration::from_micros(micros - 1);
+                Some(now.saturating_duration_since(at))
+            }
+        }
+    }
+
+    /// The reported figures if they are younger than `fresh_for`, else `None`.
+    pub fn fresh_report(
+        &self,
+        epoch: Instant,
+        now: Instant,
+        fresh_for: Duration,
+    ) -> Option<ReportedLoad> {
+        let age = self.scrape_age(epoch, now)?;
+        (age <= fresh_for).then(|| ReportedLoad {
+            waiting: self.reported_waiting.load(Ordering::Relaxed),
+            running: self.reported_running.load(Ordering::Relaxed),
+            kv_cache_usage: self.kv_cache_usage(),
+        })
+    }
+}

@@ -1,0 +1,123 @@
+//! The metrics scraper: one task per replica reads its Prometheus `/metrics` every
+//! interval and stores the queue figures (vLLM's names, SGLang's, and vLLM's older KV name).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tokio::task::JoinHandle;
+
+use super::replica::{Replica, ReportedLoad};
+
+/// Largest `/metrics` body read; a replica's is a few tens of kB.
+const MAX_METRICS_BYTES: usize = 8 << 20;
+
+/// Starts one scraping task per replica; abort the handles to stop them.
+pub fn spawn_scrapers(
+    replicas: &[Arc<Replica>],
+    epoch: Instant,
+    interval: Duration,
+) -> Vec<JoinHandle<()>> {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(interval.max(Duration::from_millis(100))));
+    let client: Client<HttpConnector, Empty<Bytes>> =
+        Client::builder(TokioExecutor::new()).build(connector);
+    replicas
+        .iter()
+        .map(|replica| {
+            let (replica, client) = (replica.clone(), client.clone());
+            tokio::spawn(async move {
+                let mut ticks = tokio::time::interval(interval);
+                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    ticks.tick().await;
+                    // A slow replica must not stall the loop past a few intervals.
+                    let scrape = tokio::time::timeout(interval * 4, scrape_once(&client, &replica));
+                    if let Ok(Ok(reported)) = scrape.await {
+                        replica.load.record_scrape(reported, epoch, Instant::now());
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+async fn scrape_once(
+    client: &Client<HttpConnector, Empty<Bytes>>,
+    replica: &Replica,
+) -> Result<ReportedLoad, Box<dyn std::error::Error + Send + Sync>> {
+    let uri: http::Uri = format!("http://{}/metrics", replica.authority).parse()?;
+    let response = client.get(uri).await?;
+    if !response.status().is_success() {
+        return Err(format!("status {}", response.status()).into());
+    }
+    let body = http_body_util::Limited::new(response.into_body(), MAX_METRICS_BYTES);
+    let bytes = body.collect().await?.to_bytes();
+    Ok(parse_metrics(&String::from_utf8_lossy(&bytes)))
+}
+
+/// Reads the queue figures from Prometheus text: waiting and running summed over every
+/// label set (several engines or models), KV use the largest of them.
+pub fn parse_metrics(text: &str) -> ReportedLoad {
+    let mut reported = ReportedLoad::default();
+    for line in text.lines() {
+        if line.starts_with('#') || line.is_empty() {
+            continue;
+        }
+        let name_end = line.find(['{', ' ']).unwrap_or(line.len());
+        let name = &line[..name_end];
+        // Label values may hold spaces: the value starts after the closing brace.
+        let rest = match line[name_end..].strip_prefix('{') {
+            Some(labelled) => labelled.rfind('}').map_or("", |end| &labelled[end + 1..]),
+            None => &line[name_end..],
+        };
+        // `value [timestamp]`
+        let Some(value) = rest.split_whitespace().next().and_then(|v| v.parse::<f64>().ok()) else {
+            continue;
+        };
+        match name {
+            "vllm:num_requests_waiting" | "sglang:num_queue_reqs" => {
+                reported.waiting += value.max(0.0) as u64;
+            }
+            "vllm:num_requests_running" | "sglang:num_running_reqs" => {
+                reported.running += value.max(0.0) as u64;
+            }
+            "vllm:kv_cache_usage_perc" | "vllm:gpu_cache_usage_perc" | "sglang:token_usage" => {
+                reported.kv_cache_usage = reported.kv_cache_usage.max(value.clamp(0.0, 1.0));
+            }
+            _ => {}
+        }
+    }
+    reported
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_vllm_and_sglang_names() {
+        let vllm = "# HELP vllm:num_requests_waiting x\n\
+            vllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 3.0\n\
+            vllm:num_requests_waiting{engine=\"1\",model_name=\"m\"} 2.0\n\
+            vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 7.0\n\
+            vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"a b\"} 0.25 1700000000\n\
+            vllm:num_requests_waiting_total 99\n";
+        assert_eq!(
+            parse_metrics(vllm),
+            ReportedLoad { waiting: 5, running: 7, kv_cache_usage: 0.25 }
+        );
+        let sglang = "sglang:num_queue_reqs{model_name=\"m\"} 4\nsglang:num_running_reqs 1\n\
+            sglang:token_usage 0.5\n";
+        assert_eq!(
+            parse_metrics(sglang),
+            ReportedLoad { waiting: 4, running: 1, kv_cache_usage: 0.5 }
+        );
+        assert_eq!(parse_metrics("vllm:gpu_cache_usage_perc 0.75\n").kv_cache_usage, 0.75);
+    }
+}

@@ -1,0 +1,71 @@
+//! Upstream connection strategies, seen from the replica's side: how many connections the
+//! simulator accepted for the same traffic under force_close, keep_alive and spread.
+
+mod gateway_support;
+
+use futures_util::future::join_all;
+use gateway_support::*;
+use laneway::gateway::{Entry, Strategy};
+
+const WAVES: usize = 4;
+const PER_WAVE: usize = 8;
+
+/// Sends `WAVES` waves of `PER_WAVE` concurrent short requests; returns the replica's
+/// accepted connections and the workers that served requests.
+async fn run_waves(strategy: Strategy) -> (u64, usize) {
+    let sims = start_sims(1, 4).await;
+    let config = with_strategy(config_for(&sims), Entry::Short, strategy);
+    let gateway = start_gateway(config).await;
+    let client = reqwest::Client::new();
+    for _ in 0..WAVES {
+        let requests = (0..PER_WAVE).map(|_| {
+            client.post(url(&gateway, "/v1/chat/completions")).json(&chat_body(50, 4, true)).send()
+        });
+        for response in join_all(requests).await {
+            let response = response.unwrap();
+            assert_eq!(header(&response, "x-laneway-strategy"), strategy.as_str());
+            response.bytes().await.unwrap();
+        }
+    }
+    let stats = sims[0].stats();
+    assert_eq!(stats.requests_total, (WAVES * PER_WAVE) as u64);
+    let workers_used = stats.requests_per_worker.iter().filter(|&&n| n > 0).count();
+    gateway.shutdown().await;
+    (stats.connections_accepted, workers_used)
+}
+
+#[tokio::test]
+async fn force_close_opens_a_connection_per_request_and_keep_alive_reuses_them() {
+    let (closing, closing_workers) = run_waves(Strategy::ForceClose).await;
+    let (reusing, _) = run_waves(Strategy::KeepAlive).await;
+    let requests = (WAVES * PER_WAVE) as u64;
+    // The metrics scraper holds one keep-alive connection of its own (two if it reconnects).
+    assert!((requests..=requests + 2).contains(&closing), "force_close: {closing} connections");
+    assert!(reusing <= PER_WAVE as u64 + 2, "keep_alive: {reusing} connections");
+    // Fresh connections in a burst reach more than one API process.
+    assert!(closing_workers > 1, "force_close used {closing_workers} workers");
+}
+
+#[tokio::test]
+async fn spread_holds_a_fixed_set_of_connections() {
+    let sims = start_sims(1, 4).await;
+    let mut config = with_strategy(config_for(&sims), Entry::Short, Strategy::Spread);
+    config.short.spread_connections = 4;
+    let gateway = start_gateway(config).await;
+    let client = reqwest::Client::new();
+    for _ in 0..12 {
+        let response = client
+            .post(url(&gateway, "/v1/chat/completions"))
+            .json(&chat_body(50, 2, false))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(header(&response, "x-laneway-strategy"), "spread");
+        response.bytes().await.unwrap();
+    }
+    let stats = sims[0].stats();
+    assert_eq!(stats.requests_total, 12);
+    // Four spread connections plus the scraper's.
+    assert!((4..=6).contains(&stats.connections_accepted), "{stats:?}");
+    gateway.shutdown().await;
+}
