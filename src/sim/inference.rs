@@ -88,7 +88,7 @@ pub async fn serve(
     let api = &profile.api;
     let preprocessing_us =
         api.request_overhead_us + api.tokenize_us_per_token * lengths.prompt_tokens as f64;
-    let ready_at = state.workers.charge(worker, arrival, preprocessing_us);
+    let ready_at = state.workers.preprocess(worker, &state.clock, arrival, preprocessing_us).await;
     state.clock.sleep_until(ready_at).await;
 
     let (token_sender, tokens) = mpsc::channel(lengths.max_tokens as usize + 1);
@@ -157,7 +157,8 @@ async fn collect(
     let Some(first_token_at) = first_token_at.filter(|_| generated >= lengths.max_tokens) else {
         return engine_gone();
     };
-    let done = state.workers.charge(worker, last_token_at, state.config.profile.api.response_us);
+    let done =
+        state.workers.charge_output(worker, last_token_at, state.config.profile.api.response_us);
     state.clock.sleep_until(done).await;
     state.metrics.time_to_first_token.observe(first_token_at.seconds_since(arrival));
     state.metrics.observe_finished(FinishedTiming {
