@@ -16,12 +16,14 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::clock::{SimClock, SimTime};
-use super::preprocess::PreprocessQueue;
+use super::preprocess::{OutputReading, PreprocessQueue};
 
 #[derive(Debug, Default)]
 struct Worker {
     /// Simulated nanoseconds at which the queued output work ends.
     output_busy_until: AtomicU64,
+    /// All output work ever charged, in simulated nanoseconds.
+    output_charged: AtomicU64,
     preprocessing: PreprocessQueue,
     connections: AtomicU64,
     requests: AtomicU64,
@@ -49,7 +51,9 @@ impl ApiWorkers {
     /// Charges `cost_us` of output work to `worker`, starting no earlier than `ready`;
     /// returns when the work ends.
     pub fn charge_output(&self, worker: usize, ready: SimTime, cost_us: f64) -> SimTime {
-        let busy_until = &self.workers[worker].output_busy_until;
+        let state = &self.workers[worker];
+        state.output_charged.fetch_add(SimTime(0).plus_us(cost_us).0, Ordering::AcqRel);
+        let busy_until = &state.output_busy_until;
         let mut current = busy_until.load(Ordering::Acquire);
         loop {
             let end = SimTime(current.max(ready.0)).plus_us(cost_us);
@@ -76,8 +80,11 @@ impl ApiWorkers {
         cost_us: f64,
     ) -> SimTime {
         let state = &self.workers[worker];
-        let output_busy_until = || state.output_busy_until.load(Ordering::Acquire);
-        state.preprocessing.run(clock, arrival, cost_us, output_busy_until).await
+        let output = || OutputReading {
+            charged_ns: state.output_charged.load(Ordering::Acquire),
+            busy_until: state.output_busy_until.load(Ordering::Acquire),
+        };
+        state.preprocessing.run(clock, arrival, cost_us, output).await
     }
 
     /// No output work or preprocessing queued on `worker` at `now`: it waits in its event
