@@ -88,15 +88,16 @@ fn median(mut values: Vec<Duration>) -> Duration {
     (values[middle - 1] + values[middle]) / 2
 }
 
-/// Waits (bounded) until the replica has seen `count` inference requests.
-async fn wait_for_requests(sim: &SimHandle, count: u64) {
+/// Waits (bounded) until `count` requests are being preprocessed (each takes 170 ms, far
+/// longer than opening the few connections of this test).
+async fn wait_for_preprocessing(sim: &SimHandle, count: u64) {
     for _ in 0..ARRIVAL_POLLS {
-        if sim.stats().requests_total >= count {
+        if sim.stats().preprocessing_per_worker.iter().sum::<u64>() >= count {
             return;
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    panic!("request {count} never reached the replica");
+    panic!("request {count} never reached preprocessing");
 }
 
 async fn join_ttfts(tasks: Vec<tokio::task::JoinHandle<Duration>>) -> Vec<Duration> {
@@ -146,15 +147,15 @@ async fn keep_alive_connections_of_one_burst_queue_ttft() {
     assert_eq!(stats.requests_per_worker.iter().filter(|&&n| n > 0).count(), 1);
     pinned_sim.shutdown().await;
 
-    // Fresh connections: each opened once the previous request reached the replica, so
-    // its worker is busy preprocessing and the next one lands elsewhere.
+    // Fresh connections: each opened once the previous request is being preprocessed, so
+    // its worker is busy and the next one lands elsewhere.
     let fresh_sim = start("h20-tp8", WORKERS, SPEED).await;
     let addr = fresh_sim.addr();
     let mut tasks = Vec::new();
     for sent in 1..=REQUESTS {
         let sender = connect(addr).await;
         tasks.push(tokio::spawn(ttft(sender, addr, 8)));
-        wait_for_requests(&fresh_sim, sent as u64).await;
+        wait_for_preprocessing(&fresh_sim, sent as u64).await;
     }
     let spread = median(join_ttfts(tasks).await);
     let stats = fresh_sim.stats();
