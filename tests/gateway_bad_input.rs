@@ -73,6 +73,29 @@ async fn bad_inputs_get_their_statuses_and_the_gateway_carries_on() {
 }
 
 #[tokio::test]
+async fn a_hung_replica_times_out_with_504_and_releases_its_request() {
+    let sims = start_sims(1, 1).await;
+    let mut config = config_for(&sims);
+    config.header_timeout = std::time::Duration::from_millis(300);
+    let gateway = start_gateway(config).await;
+    sims[0].set_fault(laneway::sim::Fault::Hang);
+    let response = reqwest::Client::new()
+        .post(url(&gateway, "/v1/chat/completions"))
+        .json(&chat_body(10, 2, true))
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = error_of(response).await;
+    assert_eq!(status, 504, "{body}");
+    assert_eq!(gateway.replica_in_flight("sim-0"), 0);
+    let metrics = gateway.metrics_text();
+    let line = "laneway_request_errors_total{entry=\"short\",kind=\"upstream_timeout\"}";
+    assert_eq!(sample(&metrics, line), Some(1.0));
+    sims[0].set_fault(laneway::sim::Fault::Healthy);
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_refused_connection_is_retried_on_another_replica() {
     let sims = start_sims(1, 1).await;
     // A port nobody listens on: bind one, note it, close it.

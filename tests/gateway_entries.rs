@@ -109,6 +109,23 @@ async fn dedicated_entry_listeners_fix_the_entry() {
     assert_eq!(header(&response, "x-laneway-entry"), "debug");
     assert_eq!(header(&response, "x-laneway-replica"), "sim-0");
     assert!(gateway.entry_addr(Entry::Short).is_none());
+    // On the smart listener the header pair selects the debug entry too.
+    let response = client
+        .get(url(&gateway, "/v1/models"))
+        .header("x-laneway-entry", "debug")
+        .header("x-laneway-replica", "sim-0")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(header(&response, "x-laneway-entry"), "debug");
+    let health: serde_json::Value = reqwest::get(format!("http://{}/health", gateway.admin_addr()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["status"], "ok");
+    assert_eq!(health["replicas"][0]["name"], "sim-0");
     gateway.shutdown().await;
 }
 
@@ -153,5 +170,27 @@ async fn unknown_paths_are_forwarded_to_a_replica() {
     assert_eq!(models["object"], "list");
     let version = reqwest::get(url(&gateway, "/version")).await.unwrap();
     assert_eq!(version.status(), 200);
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn head_requests_and_empty_bodies_are_not_counted_as_disconnects() {
+    let sims = start_sims(1, 1).await;
+    let gateway = start_gateway(config_for(&sims)).await;
+    let client = reqwest::Client::new();
+    let response = client.head(url(&gateway, "/health")).send().await.unwrap();
+    assert_eq!(header(&response, "x-laneway-replica"), "sim-0");
+    let response = client.get(url(&gateway, "/health")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    response.bytes().await.unwrap();
+    wait_until("requests released", || gateway.replica_in_flight("sim-0") == 0).await;
+    let metrics = gateway.metrics_text();
+    assert_eq!(
+        sample(
+            &metrics,
+            "laneway_request_errors_total{entry=\"short\",kind=\"client_disconnect\"}"
+        ),
+        None
+    );
     gateway.shutdown().await;
 }

@@ -3,6 +3,7 @@
 
 mod gateway_support;
 
+use bytes::Bytes;
 use futures_util::future::join_all;
 use gateway_support::*;
 use laneway::gateway::{Entry, Strategy};
@@ -67,5 +68,39 @@ async fn spread_holds_a_fixed_set_of_connections() {
     assert_eq!(stats.requests_total, 12);
     // Four spread connections plus the scraper's.
     assert!((4..=6).contains(&stats.connections_accepted), "{stats:?}");
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn spread_never_queues_behind_a_busy_connection() {
+    let mut stub = start_stub().await;
+    let mut config = loopback_config(vec![replica("stub", stub.addr)]);
+    config = with_strategy(config, Entry::Short, Strategy::Spread);
+    config.short.spread_connections = 2;
+    let gateway = start_gateway(config).await;
+    let client = reqwest::Client::new();
+    // Five streams held open at once: two on the spread connections, three on one-off ones.
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        let request =
+            client.post(url(&gateway, "/v1/chat/completions")).json(&chat_body(10, 2, true));
+        let (response, stream) = tokio::join!(request.send(), stub.streams.recv());
+        held.push((response.unwrap(), stream.unwrap()));
+    }
+    assert_eq!(stub.peers.len(), 5);
+    for (mut response, stream) in held {
+        stream.send(Bytes::from_static(b"data: [DONE]\n\n")).await.unwrap();
+        drop(stream);
+        while response.chunk().await.unwrap().is_some() {}
+    }
+    // Afterwards the two spread connections serve everything, in turn.
+    for _ in 0..4 {
+        let request =
+            client.post(url(&gateway, "/v1/chat/completions")).json(&chat_body(10, 2, true));
+        let (response, stream) = tokio::join!(request.send(), stub.streams.recv());
+        drop(stream.unwrap());
+        response.unwrap().bytes().await.unwrap();
+    }
+    assert_eq!(stub.peers.len(), 5, "no connection beyond the held ones was opened");
     gateway.shutdown().await;
 }

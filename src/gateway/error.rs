@@ -34,8 +34,11 @@ pub enum GatewayError {
     /// Downstream: the client's body could not be read.
     #[error("reading the request body failed: {0}")]
     ClientBody(#[source] BoxError),
-    /// Internal: the replica set is empty.
-    #[error("no replica is configured")]
+    /// Downstream: no valid API key.
+    #[error("{0}")]
+    Unauthorized(#[from] crate::gateway::auth::AuthError),
+    /// Internal: no replica accepts new requests (the set is empty or all are drained).
+    #[error("no replica is available (none configured, or all drained)")]
     NoReplica,
     /// Upstream: the connection could not be made; nothing was sent, so retry is allowed.
     #[error("cannot connect to replica `{replica}`: {source}")]
@@ -44,6 +47,9 @@ pub enum GatewayError {
         #[source]
         source: BoxError,
     },
+    /// Upstream: the request was sent and no response headers came in time.
+    #[error("replica `{replica}` sent no response within {after:?}")]
+    UpstreamTimeout { replica: String, after: std::time::Duration },
     /// Upstream: the request was sent, the replica did not answer properly.
     #[error("replica `{replica}` failed: {source}")]
     UpstreamReset {
@@ -64,8 +70,10 @@ impl GatewayError {
             Self::MethodNotAllowed { .. } => "method_not_allowed",
             Self::ClientBody(_) => "client_body",
             Self::NoReplica => "no_replica",
+            Self::Unauthorized(_) => "unauthorized",
             Self::UpstreamConnect { .. } => "upstream_connect",
             Self::UpstreamReset { .. } => "upstream_reset",
+            Self::UpstreamTimeout { .. } => "upstream_timeout",
         }
     }
 
@@ -85,7 +93,9 @@ impl GatewayError {
             Self::PayloadTooLarge { .. } => ErrorKind::PayloadTooLarge,
             Self::MethodNotAllowed { .. } => ErrorKind::MethodNotAllowed,
             Self::NoReplica => ErrorKind::Unavailable,
+            Self::Unauthorized(_) => ErrorKind::Unauthorized,
             Self::UpstreamConnect { .. } | Self::UpstreamReset { .. } => ErrorKind::BadGateway,
+            Self::UpstreamTimeout { .. } => ErrorKind::GatewayTimeout,
         }
     }
 
@@ -98,6 +108,10 @@ impl GatewayError {
             response
                 .headers_mut()
                 .insert(http::header::ALLOW, http::HeaderValue::from_static("POST"));
+        }
+        if let Self::Unauthorized(_) = self {
+            let challenge = http::HeaderValue::from_static("Bearer");
+            response.headers_mut().insert(http::header::WWW_AUTHENTICATE, challenge);
         }
         response
     }

@@ -1,20 +1,27 @@
 //! `laneway serve`: the gateway. A request's path reads by folder:
 //! [`listen`] (accept, route) -> [`classify`] (which entry) -> [`pick`] (which replica) ->
 //! [`forward`] (which connection) -> [`observe`] (what it cost). [`config`] is read once at
-//! start; [`admin`] serves `/metrics` and `/health`.
+//! start; [`variants`] assigns canary variants; [`admin`] serves `/metrics`, `/health`, the
+//! admin API and the status page.
 
+pub mod access_log;
 pub mod admin;
+pub mod auth;
 pub mod body;
 pub mod classify;
 pub mod config;
 pub mod demo;
+pub mod discovery;
 pub mod entry;
 pub mod error;
 pub mod forward;
 pub mod listen;
 pub mod observe;
 pub mod pick;
+pub mod request_id;
 pub mod state;
+pub mod tls;
+pub mod variants;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -57,6 +64,7 @@ pub struct GatewayHandle {
     stop: watch::Sender<bool>,
     listeners: Vec<JoinHandle<()>>,
     scrapers: Vec<JoinHandle<()>>,
+    tls: Option<Arc<tls::ServerTls>>,
 }
 
 impl GatewayHandle {
@@ -77,6 +85,21 @@ impl GatewayHandle {
     /// Requests in flight on a replica (until their bodies end); 0 for an unknown name.
     pub fn replica_in_flight(&self, name: &str) -> u64 {
         self.state.picker.by_name(name).map_or(0, |replica| replica.load.in_flight())
+    }
+
+    /// Refused connections and failed scrapes of a replica since its last success.
+    pub fn replica_failures(&self, name: &str) -> u64 {
+        self.state.picker.by_name(name).map_or(0, |replica| replica.load.failures())
+    }
+
+    /// Reads the listeners' certificate and key files again (new connections get them).
+    pub fn reload_tls(&self) -> Result<(), tls::TlsError> {
+        self.tls.as_ref().map_or(Ok(()), |tls| tls.reload())
+    }
+
+    /// Names of the replicas currently in the set (static and discovered).
+    pub fn replica_names(&self) -> Vec<String> {
+        self.state.picker.snapshot().iter().map(|replica| replica.name.clone()).collect()
     }
 
     /// The Prometheus text the admin listener would serve.
@@ -107,6 +130,8 @@ pub async fn spawn(config: GatewayConfig) -> anyhow::Result<GatewayHandle> {
             dedicated.push((entry, bind(addr, entry.as_str()).await?));
         }
     }
+    let tls = config.tls.as_ref().map(tls::ServerTls::load).transpose()?.map(Arc::new);
+    let acceptor = tls.as_ref().map(|tls| tls.acceptor());
     let state = Arc::new(GatewayState::new(config));
     let (stop, stopped) = watch::channel(false);
     let addr = smart.local_addr()?;
@@ -118,6 +143,7 @@ pub async fn spawn(config: GatewayConfig) -> anyhow::Result<GatewayHandle> {
         state.clone(),
         stopped.clone(),
         drain,
+        acceptor.clone(),
     ))];
     for (entry, listener) in dedicated {
         entry_addrs.insert(entry, listener.local_addr()?);
@@ -128,6 +154,7 @@ pub async fn spawn(config: GatewayConfig) -> anyhow::Result<GatewayHandle> {
             state.clone(),
             stopped.clone(),
             drain,
+            acceptor.clone(),
         )));
     }
     let mut admin_stopped = stopped.clone();
@@ -136,15 +163,25 @@ pub async fn spawn(config: GatewayConfig) -> anyhow::Result<GatewayHandle> {
         let shutdown = async move {
             let _ = admin_stopped.wait_for(|stop| *stop).await;
         };
-        if let Err(error) = axum::serve(admin, admin_router).with_graceful_shutdown(shutdown).await
-        {
+        // The peer address decides admin read access (loopback only without a token).
+        let service = admin_router.into_make_service_with_connect_info::<SocketAddr>();
+        if let Err(error) = axum::serve(admin, service).with_graceful_shutdown(shutdown).await {
             tracing::error!(%error, "admin listener failed");
         }
     }));
     let replicas = state.picker.snapshot();
-    let scrapers =
-        pick::scrape::spawn_scrapers(&replicas, state.picker.epoch, state.config.scrape_interval);
-    Ok(GatewayHandle { addr, admin_addr, entry_addrs, state, stop, listeners, scrapers })
+    let scrapers = if state.config.discovery.is_active() {
+        // Discovery owns the replica set and one scraper per replica in it.
+        vec![discovery::spawn(
+            state.picker.clone(),
+            state.config.replicas.clone(),
+            &state.config.discovery,
+            state.config.scrape_interval,
+        )]
+    } else {
+        pick::scrape::spawn_scrapers(&replicas, state.picker.epoch, state.config.scrape_interval)
+    };
+    Ok(GatewayHandle { addr, admin_addr, entry_addrs, state, stop, listeners, scrapers, tls })
 }
 
 async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
@@ -163,12 +200,22 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(admin_listen) = args.admin_listen {
         config.admin_listen = admin_listen;
     }
-    if args.config.is_some() && config.replicas.is_empty() {
-        anyhow::bail!("replicas: at least one [[replicas]] entry is required");
+    if args.config.is_some() && config.replicas.is_empty() && !config.discovery.is_active() {
+        anyhow::bail!(
+            "replicas: at least one [[replicas]] entry or a [discovery] source is required"
+        );
     }
     if args.check {
-        let replicas = config.replicas.len();
-        println!("configuration OK: {replicas} replicas, policy {}", config.policy.as_str());
+        let policy = config.policy.as_str();
+        match args.config {
+            Some(_) => {
+                println!("configuration OK: {} replicas, policy {policy}", config.replicas.len())
+            }
+            None => println!(
+                "configuration OK: built-in defaults, policy {policy}, {} simulated replicas",
+                demo::DEMO_REPLICAS
+            ),
+        }
         return Ok(());
     }
     let sims = if args.config.is_none() {
@@ -179,6 +226,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         Vec::new()
     };
     let gateway = spawn(config).await?;
+    let _tls_reload = gateway.tls.clone().map(tls::reload_on_sighup).transpose()?;
     print_banner(&gateway, !sims.is_empty());
     wait_for_signal().await?;
     tracing::info!("shutting down: draining open requests");
@@ -190,7 +238,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 /// The first line is parsed by scripts and tests: keep its shape.
 fn print_banner(gateway: &GatewayHandle, demo: bool) {
     let addr = gateway.addr();
-    println!("listening on http://{addr}");
+    let scheme = if gateway.tls.is_some() { "https" } else { "http" };
+    println!("listening on {scheme}://{addr}");
     println!("admin (metrics, health) on http://{}", gateway.admin_addr());
     for entry in Entry::ALL {
         if let Some(entry_addr) = gateway.entry_addr(entry) {

@@ -12,6 +12,8 @@ pub enum ErrorKind {
     BadRequest,
     /// 401: missing or wrong credentials.
     Unauthorized,
+    /// 403: the credentials are fine (or absent) but the action is not allowed.
+    Forbidden,
     /// 404: no such route, model or replica.
     NotFound,
     /// 405: the path exists but not for this method.
@@ -35,6 +37,7 @@ impl ErrorKind {
         match self {
             Self::BadRequest => StatusCode::BAD_REQUEST,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Forbidden => StatusCode::FORBIDDEN,
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -51,6 +54,7 @@ impl ErrorKind {
         match self {
             Self::BadRequest | Self::PayloadTooLarge | Self::MethodNotAllowed => "BadRequestError",
             Self::Unauthorized => "AuthenticationError",
+            Self::Forbidden => "PermissionDeniedError",
             Self::NotFound => "NotFoundError",
             Self::TooManyRequests => "RateLimitError",
             Self::Internal => "InternalServerError",

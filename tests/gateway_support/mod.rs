@@ -4,13 +4,16 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
+use axum::extract::ConnectInfo;
 use axum::routing::{get, post};
 use bytes::Bytes;
-use laneway::gateway::config::{PolicyKind, ReplicaConfig};
+use dashmap::DashSet;
+use laneway::gateway::config::{PolicyKind, PoolConfig, ReplicaConfig, VariantConfig};
 use laneway::gateway::{self, Entry, GatewayConfig, GatewayHandle, Strategy};
 use laneway::sim::{self, SimConfig, SimHandle};
 use tokio::sync::mpsc;
@@ -112,6 +115,8 @@ pub fn sample(text: &str, prefix: &str) -> Option<f64> {
 /// A stub replica whose streams the test scripts event by event.
 pub struct StubReplica {
     pub addr: SocketAddr,
+    /// Client addresses that inference requests came from: one per upstream connection.
+    pub peers: Arc<DashSet<SocketAddr>>,
     /// Receives one sender per streaming request; each sent `Bytes` goes out as one chunk,
     /// and dropping the sender ends the stream.
     pub streams: mpsc::Receiver<mpsc::Sender<Bytes>>,
@@ -124,27 +129,31 @@ pub const STUB_METRICS: &[u8] =
 
 pub async fn start_stub() -> StubReplica {
     let (stream_tx, streams) = mpsc::channel(16);
-    let app = Router::new().route("/metrics", get(|| async { STUB_METRICS })).route(
-        "/v1/chat/completions",
-        post(move || {
-            let stream_tx = stream_tx.clone();
-            async move {
-                let (chunk_tx, chunk_rx) = mpsc::channel::<Bytes>(16);
-                stream_tx.send(chunk_tx).await.unwrap();
-                let body = futures_util::stream::unfold(chunk_rx, |mut rx| async move {
-                    rx.recv().await.map(|chunk| (Ok::<_, Infallible>(chunk), rx))
-                });
-                axum::response::Response::builder()
-                    .header("content-type", "text/event-stream")
-                    .body(Body::from_stream(body))
-                    .unwrap()
-            }
-        }),
-    );
+    let peers = Arc::new(DashSet::new());
+    let seen = peers.clone();
+    let chat = move |ConnectInfo(peer): ConnectInfo<SocketAddr>| {
+        let stream_tx = stream_tx.clone();
+        seen.insert(peer);
+        async move {
+            let (chunk_tx, chunk_rx) = mpsc::channel::<Bytes>(16);
+            stream_tx.send(chunk_tx).await.unwrap();
+            let body = futures_util::stream::unfold(chunk_rx, |mut rx| async move {
+                rx.recv().await.map(|chunk| (Ok::<_, Infallible>(chunk), rx))
+            });
+            axum::response::Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(body))
+                .unwrap()
+        }
+    };
+    let app = Router::new()
+        .route("/metrics", get(|| async { STUB_METRICS }))
+        .route("/v1/chat/completions", post(chat))
+        .into_make_service_with_connect_info::<SocketAddr>();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    StubReplica { addr, streams }
+    StubReplica { addr, peers, streams }
 }
 
 /// Reads from `response` until `needle` has arrived, failing after 10 s.
@@ -158,4 +167,30 @@ pub async fn read_until(response: &mut reqwest::Response, received: &mut String,
             .unwrap_or_else(|| panic!("stream ended before `{needle}`; got {received:?}"));
         received.push_str(&String::from_utf8_lossy(&chunk));
     }
+}
+
+pub fn admin_url(gateway: &GatewayHandle, path: &str) -> String {
+    format!("http://{}{}", gateway.admin_addr(), path)
+}
+
+/// A canary variant of `strategy`, on `pool` (`None`: every replica).
+pub fn variant(name: &str, strategy: Strategy, pool: Option<&str>, weight: u32) -> VariantConfig {
+    VariantConfig {
+        name: name.into(),
+        strategy,
+        policy: None,
+        pool: pool.map(str::to_string),
+        weight,
+    }
+}
+
+pub fn pool(name: &str, replicas: &[&str]) -> PoolConfig {
+    PoolConfig { name: name.into(), replicas: replicas.iter().map(|r| r.to_string()).collect() }
+}
+
+/// A JSON document from the admin listener.
+pub async fn admin_json(gateway: &GatewayHandle, path: &str) -> serde_json::Value {
+    let response = reqwest::get(admin_url(gateway, path)).await.unwrap();
+    assert_eq!(response.status(), 200, "{path}");
+    response.json().await.unwrap()
 }

@@ -70,3 +70,26 @@ def test_errors_reach_the_client_in_openai_shape(client):
         )
     assert raised.value.status_code == 400
     assert "medium" in raised.value.message
+
+
+def test_sigterm_drains_an_open_stream_then_exits_cleanly():
+    import signal
+
+    from conftest import start_laneway, stop_laneway
+
+    url, process = start_laneway(SERVE_ARGS)
+    try:
+        client = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
+        stream = client.chat.completions.create(
+            model="sim", messages=MESSAGES, max_tokens=40, stream=True
+        )
+        chunks = iter(stream)
+        first = next(chunks)
+        assert first.choices
+        process.send_signal(signal.SIGTERM)
+        rest = [chunk for chunk in chunks if chunk.choices]
+        # Role chunk first, then 40 tokens: the stream finished after the signal.
+        assert len(rest) == 40
+        assert process.wait(timeout=30) == 0
+    finally:
+        stop_laneway(process)

@@ -2,6 +2,7 @@
 //! typed [`GatewayConfig`] the rest of the gateway reads, with every bad field reported
 //! by its path (`replicas[2].url: ...`).
 
+mod canary;
 mod raw;
 mod validate;
 
@@ -9,8 +10,12 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::gateway::auth::ApiKeys;
+use crate::gateway::discovery::DiscoveryConfig;
 use crate::gateway::entry::{Entry, Strategy};
+use crate::gateway::tls::TlsConfig;
 
+pub use canary::{AdminConfig, CanaryConfig, DEFAULT_VARIANT_NAME, PoolConfig, VariantConfig};
 pub use validate::{ConfigError, ConfigIssue};
 
 /// Which policy picks a replica for a request.
@@ -27,6 +32,14 @@ impl PolicyKind {
         match self {
             Self::LeastQueue => "least_queue",
             Self::RoundRobin => "round_robin",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "least_queue" => Some(Self::LeastQueue),
+            "round_robin" => Some(Self::RoundRobin),
+            _ => None,
         }
     }
 }
@@ -49,6 +62,26 @@ pub struct EntryConfig {
     pub listen: Option<SocketAddr>,
     /// Connections per replica under the `spread` strategy.
     pub spread_connections: usize,
+    /// Canary variants; empty means one implicit variant (see [`EntryConfig::effective_variants`]).
+    pub variants: Vec<VariantConfig>,
+}
+
+impl EntryConfig {
+    /// The configured variants, or the implicit `default` one: the entry's strategy, the
+    /// global policy, every replica. Resolved late so that a strategy changed after
+    /// validation (as tests do) is the one used.
+    pub fn effective_variants(&self) -> Vec<VariantConfig> {
+        if !self.variants.is_empty() {
+            return self.variants.clone();
+        }
+        vec![VariantConfig {
+            name: DEFAULT_VARIANT_NAME.to_string(),
+            strategy: self.strategy,
+            policy: None,
+            pool: None,
+            weight: 1,
+        }]
+    }
 }
 
 /// The validated configuration.
@@ -64,10 +97,22 @@ pub struct GatewayConfig {
     pub body_limit_bytes: usize,
     pub drain_deadline: Duration,
     pub connect_timeout: Duration,
+    /// Longest wait for a replica's response headers.
+    pub header_timeout: Duration,
     pub short: EntryConfig,
     pub long: EntryConfig,
     pub debug: EntryConfig,
     pub replicas: Vec<ReplicaConfig>,
+    /// Named groups of replicas that canary variants may target.
+    pub pools: Vec<PoolConfig>,
+    pub canary: CanaryConfig,
+    pub admin: AdminConfig,
+    /// TLS on the inference listeners (`[tls]`), off when `None`.
+    pub tls: Option<TlsConfig>,
+    /// API keys required on the inference listeners (`[auth]`), none when `None`.
+    pub auth: Option<ApiKeys>,
+    /// Replica sources beyond `[[replicas]]` (`[discovery]`).
+    pub discovery: DiscoveryConfig,
 }
 
 /// The configuration used when none is given; replicas are added by the caller.
@@ -103,6 +148,10 @@ impl GatewayConfig {
             Entry::Long => &self.long,
             Entry::Debug => &self.debug,
         }
+    }
+
+    pub fn pool(&self, name: &str) -> Option<&PoolConfig> {
+        self.pools.iter().find(|pool| pool.name == name)
     }
 
     pub fn entry_mut(&mut self, entry: Entry) -> &mut EntryConfig {

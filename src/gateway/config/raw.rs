@@ -12,6 +12,7 @@ pub struct RawConfig {
     pub body_limit_bytes: Option<i64>,
     pub drain_deadline_ms: Option<i64>,
     pub connect_timeout_ms: Option<i64>,
+    pub header_timeout_ms: Option<i64>,
     #[serde(default)]
     pub classifier: RawClassifier,
     #[serde(default)]
@@ -20,6 +21,16 @@ pub struct RawConfig {
     pub entries: RawEntries,
     #[serde(default)]
     pub replicas: Vec<RawReplica>,
+    #[serde(default)]
+    pub pools: Vec<RawPool>,
+    #[serde(default)]
+    pub canary: RawCanary,
+    #[serde(default)]
+    pub admin: RawAdmin,
+    pub tls: Option<crate::gateway::tls::RawTls>,
+    pub auth: Option<crate::gateway::auth::RawAuth>,
+    #[serde(default)]
+    pub discovery: crate::gateway::discovery::RawDiscovery,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -53,6 +64,52 @@ pub struct RawEntry {
     pub strategy: Option<String>,
     pub listen: Option<String>,
     pub spread_connections: Option<i64>,
+    #[serde(default)]
+    pub variants: Vec<RawVariant>,
+}
+
+/// One canary variant of an entry: `[[entries.short.variants]]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawVariant {
+    pub name: Option<String>,
+    pub strategy: Option<String>,
+    pub policy: Option<String>,
+    pub pool: Option<String>,
+    pub weight: Option<i64>,
+}
+
+/// A named group of replicas a variant may target: `[[pools]]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPool {
+    pub name: Option<String>,
+    #[serde(default)]
+    pub replicas: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCanary {
+    pub sticky_header: Option<String>,
+    pub window_seconds: Option<i64>,
+    #[serde(default)]
+    pub slo: RawSlo,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSlo {
+    pub ttft_ms: Option<f64>,
+    pub tpot_ms: Option<f64>,
+    pub e2e_ms: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdmin {
+    pub token: Option<String>,
+    pub token_env: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -6,9 +6,13 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use super::canary;
 use super::raw::{RawConfig, RawEntry, RawReplica};
 use super::{EntryConfig, GatewayConfig, PolicyKind, ReplicaConfig};
+use crate::gateway::auth::ApiKeys;
+use crate::gateway::discovery::DiscoveryConfig;
 use crate::gateway::entry::Strategy;
+use crate::gateway::tls::TlsConfig;
 
 /// One bad field.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,10 +40,10 @@ impl fmt::Display for ConfigError {
 
 /// Collects issues while the typed config is built.
 #[derive(Default)]
-struct Issues(Vec<ConfigIssue>);
+pub(super) struct Issues(Vec<ConfigIssue>);
 
 impl Issues {
-    fn add(&mut self, path: impl Into<String>, message: impl Into<String>) {
+    pub(super) fn add(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.0.push(ConfigIssue { path: path.into(), message: message.into() });
     }
 
@@ -51,7 +55,13 @@ impl Issues {
         })
     }
 
-    fn positive(&mut self, path: &str, value: Option<i64>, default: u64, max: u64) -> u64 {
+    pub(super) fn positive(
+        &mut self,
+        path: &str,
+        value: Option<i64>,
+        default: u64,
+        max: u64,
+    ) -> u64 {
         match value {
             None => default,
             Some(number) if number >= 1 && number as u64 <= max => number as u64,
@@ -84,17 +94,14 @@ fn error_path(text: &str, error: &toml::de::Error) -> String {
 }
 
 fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
-    let policy = match raw.policy.as_deref().unwrap_or("least_queue") {
-        "least_queue" => PolicyKind::LeastQueue,
-        "round_robin" => PolicyKind::RoundRobin,
-        other => {
-            issues.add(
-                "policy",
-                format!("unknown policy `{other}` (expected least_queue or round_robin)"),
-            );
-            PolicyKind::LeastQueue
-        }
-    };
+    let name = raw.policy.as_deref().unwrap_or("least_queue");
+    let policy = PolicyKind::parse(name).unwrap_or_else(|| {
+        issues.add(
+            "policy",
+            format!("unknown policy `{name}` (expected least_queue or round_robin)"),
+        );
+        PolicyKind::LeastQueue
+    });
     if let Some(tokenizer) = &raw.classifier.tokenizer {
         issues.add(
             "classifier.tokenizer",
@@ -104,6 +111,8 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
             ),
         );
     }
+    let replicas = replicas(&raw.replicas, issues);
+    let pools = canary::pools(&raw.pools, &replicas, issues);
     let config = GatewayConfig {
         listen: issues.addr("listen", raw.listen.as_deref(), "127.0.0.1:8080"),
         admin_listen: issues.addr("admin_listen", raw.admin_listen.as_deref(), "127.0.0.1:9090"),
@@ -144,16 +153,47 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
             2000,
             600_000,
         )),
-        short: entry("entries.short", &raw.entries.short, Strategy::ForceClose, issues),
-        long: entry("entries.long", &raw.entries.long, Strategy::KeepAlive, issues),
-        debug: entry("entries.debug", &raw.entries.debug, Strategy::KeepAlive, issues),
-        replicas: replicas(&raw.replicas, issues),
+        header_timeout: Duration::from_millis(issues.positive(
+            "header_timeout_ms",
+            raw.header_timeout_ms,
+            600_000,
+            86_400_000,
+        )),
+        short: entry("entries.short", &raw.entries.short, Strategy::ForceClose, &pools, issues),
+        long: entry("entries.long", &raw.entries.long, Strategy::KeepAlive, &pools, issues),
+        debug: entry("entries.debug", &raw.entries.debug, Strategy::KeepAlive, &pools, issues),
+        replicas,
+        pools,
+        canary: canary::canary(&raw.canary, issues),
+        admin: canary::admin(&raw.admin, issues),
+        tls: raw.tls.as_ref().and_then(|tls| {
+            TlsConfig::from_raw(tls).map_err(|(path, message)| issues.add(path, message)).ok()
+        }),
+        auth: raw.auth.as_ref().and_then(|auth| {
+            ApiKeys::from_raw(auth).map_err(|(path, message)| issues.add(path, message)).ok()
+        }),
+        discovery: DiscoveryConfig::from_raw(&raw.discovery).unwrap_or_else(|found| {
+            for (path, message) in found {
+                issues.add(path, message);
+            }
+            DiscoveryConfig::default()
+        }),
     };
+    if !raw.entries.debug.variants.is_empty() {
+        issues
+            .add("entries.debug.variants", "the debug entry reaches a named replica: no variants");
+    }
     check_distinct_listeners(&config, issues);
     config
 }
 
-fn entry(path: &str, raw: &RawEntry, default: Strategy, issues: &mut Issues) -> EntryConfig {
+fn entry(
+    path: &str,
+    raw: &RawEntry,
+    default: Strategy,
+    pools: &[canary::PoolConfig],
+    issues: &mut Issues,
+) -> EntryConfig {
     let strategy = match raw.strategy.as_deref().map(str::parse::<Strategy>) {
         None => default,
         Some(Ok(strategy)) => strategy,
@@ -169,7 +209,9 @@ fn entry(path: &str, raw: &RawEntry, default: Strategy, issues: &mut Issues) -> 
     let spread_connections =
         issues.positive(&format!("{path}.spread_connections"), raw.spread_connections, 8, 1024)
             as usize;
-    EntryConfig { strategy, listen, spread_connections }
+    let variants =
+        canary::variants(&format!("{path}.variants"), &raw.variants, strategy, pools, issues);
+    EntryConfig { strategy, listen, spread_connections, variants }
 }
 
 fn replicas(raw: &[RawReplica], issues: &mut Issues) -> Vec<ReplicaConfig> {

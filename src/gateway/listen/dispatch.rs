@@ -12,14 +12,19 @@ use http::{Method, Request, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Incoming;
 
+use tracing::Instrument;
+
 use super::ListenerRole;
 use super::respond::{ENTRY_HEADER, Proxied, REPLICA_HEADER, respond, tag};
+use crate::gateway::access_log::{self, AccessContext, AccessRecord};
 use crate::gateway::body::{ProxyBody, boxed, full};
-use crate::gateway::classify::{self, ClassifyMethod};
+use crate::gateway::classify::{self, Classification, ClassifyMethod};
 use crate::gateway::entry::Entry;
 use crate::gateway::error::GatewayError;
 use crate::gateway::forward::debug::split_debug_path;
+use crate::gateway::observe::DEFAULT_VARIANT;
 use crate::gateway::pick::InFlightGuard;
+use crate::gateway::request_id::{self, REQUEST_ID_HEADER};
 use crate::gateway::state::GatewayState;
 use crate::openai::request::Endpoint;
 
@@ -27,27 +32,87 @@ use crate::openai::request::Endpoint;
 /// the connection (nothing was sent, so a retry cannot run the request twice).
 const MAX_ATTEMPTS: usize = 2;
 
-/// Serves one request; errors become OpenAI-shape responses here and nowhere else.
+/// Serves one request under its request id (accepted or created, sent upstream, returned
+/// on the response, in every log line of the request and in its access line).
 pub async fn dispatch(
+    state: Arc<GatewayState>,
+    role: ListenerRole,
+    mut request: Request<Incoming>,
+) -> Response<ProxyBody> {
+    let id = request_id::accept_or_create(request.headers_mut());
+    let access = AccessContext {
+        request_id: request_id::as_text(&id).to_string(),
+        method: request.method().to_string(),
+        path: request.uri().path().to_string(),
+        status: 0,
+    };
+    let span = tracing::info_span!("request", request_id = %access.request_id);
+    let serve = serve_request(state, role, request).instrument(span);
+    let mut response = access_log::scope(access, serve).await;
+    response.headers_mut().insert(REQUEST_ID_HEADER, id);
+    response
+}
+
+/// Checks the key, then routes; errors become OpenAI-shape responses here and nowhere else.
+async fn serve_request(
     state: Arc<GatewayState>,
     role: ListenerRole,
     request: Request<Incoming>,
 ) -> Response<ProxyBody> {
     let received_at = Instant::now();
     let path = request.uri().path().to_string();
+    if let Err(error) = authenticate(&state, &request) {
+        return error_response(&state, Entry::Short, &path, received_at, error);
+    }
     let (entry, result) = match route(role, &request) {
         Route::Debug => (Entry::Debug, debug(&state, request, received_at).await),
         Route::Inference(endpoint) => inference(&state, role, endpoint, request, received_at).await,
         Route::Other => (Entry::Short, other(&state, request, received_at).await),
     };
-    result.unwrap_or_else(|error| {
-        tracing::warn!(%error, path, entry = entry.as_str(), "request failed");
-        state.metrics.record_error(entry.as_str(), error.kind_label());
-        let strategy = state.connector(entry).strategy();
-        let mut response = error.into_response();
-        tag(response.headers_mut(), entry, strategy, None);
-        response
-    })
+    result.unwrap_or_else(|error| error_response(&state, entry, &path, received_at, error))
+}
+
+/// The gateway's own answer to a failed request: logged, counted, tagged, access-logged.
+fn error_response(
+    state: &GatewayState,
+    entry: Entry,
+    path: &str,
+    received_at: Instant,
+    error: GatewayError,
+) -> Response<ProxyBody> {
+    tracing::warn!(%error, path, entry = entry.as_str(), "request failed");
+    let kind = error.kind_label();
+    state.metrics.record_error(entry.as_str(), kind);
+    let strategy = state.connector(entry).strategy();
+    let mut response = error.into_response();
+    tag(response.headers_mut(), entry, strategy, DEFAULT_VARIANT, None);
+    if let Some(access) = access_log::current() {
+        access_log::emit(&AccessRecord {
+            request_id: &access.request_id,
+            method: &access.method,
+            path,
+            entry: entry.as_str(),
+            variant: DEFAULT_VARIANT,
+            replica: "-",
+            status: response.status().as_u16(),
+            ttft: None,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            duration: received_at.elapsed(),
+            outcome: kind,
+        });
+    }
+    response
+}
+
+/// With `[auth]`, every request on an inference listener needs a known key.
+fn authenticate(state: &GatewayState, request: &Request<Incoming>) -> Result<(), GatewayError> {
+    let Some(keys) = &state.config.auth else { return Ok(()) };
+    let label = keys.check(request.headers())?;
+    if keys.count_by_key {
+        state.metrics.requests_by_key.with_label_values(&[label.as_str()]).inc();
+    }
+    Ok(())
 }
 
 enum Route {
@@ -68,7 +133,7 @@ fn route(role: ListenerRole, request: &Request<Incoming>) -> Route {
     }
 }
 
-/// Inference: read the body, classify, then pick and forward (retrying a refused connect).
+/// Inference: classify -> pick -> forward -> observe.
 async fn inference(
     state: &Arc<GatewayState>,
     role: ListenerRole,
@@ -76,79 +141,113 @@ async fn inference(
     request: Request<Incoming>,
     received_at: Instant,
 ) -> (Entry, Result<Response<ProxyBody>, GatewayError>) {
-    // Phase 1: classify.
-    let named = match named_entry(role, &request) {
-        Ok(named) => named,
-        Err(error) => return (Entry::Short, Err(error)),
-    };
-    let fallback_entry = named.map_or(Entry::Short, |(entry, _)| entry);
+    match classify_request(state, role, endpoint, request).await {
+        Ok(classified) => {
+            let entry = classified.classification.entry;
+            (entry, pick_and_forward(state, classified, received_at).await)
+        }
+        Err((entry, error)) => (entry, Err(error)),
+    }
+}
+
+/// A request whose body is read and whose entry is decided.
+struct Classified {
+    parts: Parts,
+    body: Bytes,
+    classification: Classification,
+}
+
+/// Phase 1, classify: method check, body read within the limit, entry decided. On error,
+/// the entry the request was headed for (for the error's labels).
+async fn classify_request(
+    state: &Arc<GatewayState>,
+    role: ListenerRole,
+    endpoint: Endpoint,
+    request: Request<Incoming>,
+) -> Result<Classified, (Entry, GatewayError)> {
+    let named = named_entry(role, &request).map_err(|error| (Entry::Short, error))?;
+    let headed_for = named.map_or(Entry::Short, |(entry, _)| entry);
     if request.method() != Method::POST {
-        let error = GatewayError::MethodNotAllowed {
-            method: request.method().clone(),
-            path: endpoint.path().to_string(),
-        };
-        return (fallback_entry, Err(error));
+        let method = request.method().clone();
+        let path = endpoint.path().to_string();
+        return Err((headed_for, GatewayError::MethodNotAllowed { method, path }));
     }
     let (parts, body) = request.into_parts();
-    let body = match read_body(&parts, body, state.config.body_limit_bytes).await {
-        Ok(body) => body,
-        Err(error) => return (fallback_entry, Err(error)),
-    };
+    let body = read_body(&parts, body, state.config.body_limit_bytes)
+        .await
+        .map_err(|error| (headed_for, error))?;
     let threshold = state.config.short_threshold_tokens;
-    let classification = match classify::classify(endpoint, &body, named, threshold) {
-        Ok(classification) => classification,
-        Err(error) => return (fallback_entry, Err(GatewayError::BadBody(error))),
-    };
+    let classification = classify::classify(endpoint, &body, named, threshold)
+        .map_err(|error| (headed_for, GatewayError::BadBody(error)))?;
+    let labels = [classification.entry.as_str(), classification.method.as_str()];
+    state.metrics.classified.with_label_values(&labels).inc();
+    Ok(Classified { parts, body, classification })
+}
+
+/// Phases 2 to 4: pick a replica, forward with the entry's strategy (a refused connection
+/// is retried once elsewhere), and hand the response to the observer as it streams.
+async fn pick_and_forward(
+    state: &Arc<GatewayState>,
+    classified: Classified,
+    received_at: Instant,
+) -> Result<Response<ProxyBody>, GatewayError> {
+    let Classified { parts, body, classification } = classified;
     let entry = classification.entry;
-    state
-        .metrics
-        .classified
-        .with_label_values(&[entry.as_str(), classification.method.as_str()])
-        .inc();
-    // Phases 2 and 3: pick and forward.
-    let connector = state.connector(entry);
+    // Assign a canary variant, then pick in its pool and forward its way.
+    let variants = state.variants.of(entry);
+    let assigned = variants.assign(&state.variants.sticky_key(&parts.headers));
     let mut excluded: Option<String> = None;
     for attempt in 1..=MAX_ATTEMPTS {
-        let Some(replica) = state.picker.pick(excluded.as_deref()) else {
-            let error = match excluded {
+        let mut variant = &variants.variants[assigned];
+        let mut picked = variant.pick(&state.picker, excluded.as_deref());
+        if picked.is_none() && assigned != 0 {
+            // The variant's pool is empty or out of rotation: the baseline serves it.
+            state
+                .metrics
+                .canary_fallbacks
+                .with_label_values(&[entry.as_str(), &variant.name])
+                .inc();
+            variant = &variants.variants[0];
+            picked = variant.pick(&state.picker, excluded.as_deref());
+        }
+        let connector = &variant.connector;
+        let Some(replica) = picked else {
+            return Err(match excluded {
                 None => GatewayError::NoReplica,
                 Some(replica) => GatewayError::UpstreamConnect {
                     replica,
                     source: "no other replica to try".into(),
                 },
-            };
-            return (entry, Err(error));
+            });
         };
         let guard = InFlightGuard::acquire(replica.clone(), classification.prompt_tokens);
         let upstream_request = rebuild(&parts, full(body.clone()));
         state.metrics.record_overhead("request", received_at);
         match connector.send(&replica, upstream_request, None).await {
             Ok(upstream) => {
-                replica.load.connect_failures.store(0, std::sync::atomic::Ordering::Relaxed);
-                // Phase 4: observe, as the body streams.
+                replica.load.clear_failures();
                 let proxied = Proxied {
                     entry,
                     strategy: connector.strategy(),
+                    variant: variant.name.clone(),
                     received_at,
                     inference: true,
                     prompt_tokens: classification.prompt_tokens,
                     guard,
                 };
-                return (entry, Ok(respond(state, proxied, upstream)));
+                return Ok(respond(state, proxied, upstream));
             }
-            Err(error) => {
-                if error.retry_allowed() {
-                    replica
-                        .load
-                        .connect_failures
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-                if !error.retry_allowed() || attempt == MAX_ATTEMPTS {
-                    return (entry, Err(error));
-                }
+            Err(error) if error.retry_allowed() && attempt < MAX_ATTEMPTS => {
+                replica.load.record_failure();
                 tracing::warn!(%error, "retrying on another replica");
                 state.metrics.record_error(entry.as_str(), error.kind_label());
                 excluded = Some(replica.name.clone());
+            }
+            Err(error) => {
+                if error.retry_allowed() {
+                    replica.load.record_failure();
+                }
+                return Err(error);
             }
         }
     }
@@ -215,6 +314,7 @@ async fn debug(
     let proxied = Proxied {
         entry: Entry::Debug,
         strategy: connector.strategy(),
+        variant: DEFAULT_VARIANT.into(),
         received_at,
         inference: false,
         prompt_tokens: 0,
@@ -252,6 +352,7 @@ async fn other(
     let proxied = Proxied {
         entry: Entry::Short,
         strategy: connector.strategy(),
+        variant: DEFAULT_VARIANT.into(),
         received_at,
         inference: false,
         prompt_tokens: 0,

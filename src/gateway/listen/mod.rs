@@ -14,9 +14,11 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
 
 use crate::gateway::entry::Entry;
 use crate::gateway::state::GatewayState;
+use crate::gateway::tls;
 
 /// What a listener serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +37,7 @@ pub async fn serve(
     state: Arc<GatewayState>,
     mut shutdown: watch::Receiver<bool>,
     drain_deadline: Duration,
+    tls: Option<TlsAcceptor>,
 ) {
     let builder = auto::Builder::new(TokioExecutor::new());
     let graceful = GracefulShutdown::new();
@@ -56,6 +59,18 @@ pub async fn serve(
                     let state = state.clone();
                     async move { Ok::<_, Infallible>(dispatch::dispatch(state, role, request).await) }
                 });
+                if let Some(acceptor) = &tls {
+                    // The handshake runs in the connection's task, not the accept loop.
+                    let (acceptor, builder, watcher) = (acceptor.clone(), builder.clone(), graceful.watcher());
+                    tokio::spawn(async move {
+                        let Some(stream) = tls::handshake(&acceptor, stream).await else { return };
+                        let connection = builder.serve_connection(TokioIo::new(stream), service).into_owned();
+                        if let Err(error) = watcher.watch(connection).await {
+                            tracing::debug!(%error, "downstream TLS connection ended with an error");
+                        }
+                    });
+                    continue;
+                }
                 let connection = builder.serve_connection(TokioIo::new(stream), service).into_owned();
                 let connection = graceful.watch(connection);
                 tokio::spawn(async move {

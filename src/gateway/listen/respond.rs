@@ -8,12 +8,11 @@ use http::header::{CONTENT_TYPE, HeaderName, HeaderValue};
 use http::{HeaderMap, Response};
 use hyper::body::Incoming;
 
+use crate::gateway::access_log;
 use crate::gateway::body::{ProxyBody, boxed};
 use crate::gateway::entry::{Entry, Strategy};
 use crate::gateway::forward::request::strip_hop_by_hop;
-use crate::gateway::observe::{
-    BodyKind, DEFAULT_VARIANT, ObservedBody, Recorder, RequestLabels, status_class,
-};
+use crate::gateway::observe::{BodyKind, ObservedBody, Recorder, RequestLabels, status_class};
 use crate::gateway::pick::InFlightGuard;
 use crate::gateway::state::GatewayState;
 
@@ -23,10 +22,19 @@ pub const STRATEGY_HEADER: HeaderName = HeaderName::from_static("x-laneway-strat
 pub const VARIANT_HEADER: HeaderName = HeaderName::from_static("x-laneway-variant");
 
 /// Adds the headers that tell a client where its request went.
-pub fn tag(headers: &mut HeaderMap, entry: Entry, strategy: Strategy, replica: Option<&str>) {
+pub fn tag(
+    headers: &mut HeaderMap,
+    entry: Entry,
+    strategy: Strategy,
+    variant: &str,
+    replica: Option<&str>,
+) {
     headers.insert(ENTRY_HEADER, HeaderValue::from_static(entry.as_str()));
     headers.insert(STRATEGY_HEADER, HeaderValue::from_static(strategy.as_str()));
-    headers.insert(VARIANT_HEADER, HeaderValue::from_static(DEFAULT_VARIANT));
+    // Variant names are validated as plain ASCII, so the conversion cannot fail.
+    if let Ok(value) = HeaderValue::from_str(variant) {
+        headers.insert(VARIANT_HEADER, value);
+    }
     if let Some(value) = replica.and_then(|name| HeaderValue::from_str(name).ok()) {
         headers.insert(REPLICA_HEADER, value);
     }
@@ -36,6 +44,8 @@ pub fn tag(headers: &mut HeaderMap, entry: Entry, strategy: Strategy, replica: O
 pub struct Proxied {
     pub entry: Entry,
     pub strategy: Strategy,
+    /// The canary variant that served it (`default` outside canaries).
+    pub variant: Arc<str>,
     pub received_at: Instant,
     /// The response is from an inference path (so tokens can be measured).
     pub inference: bool,
@@ -59,19 +69,27 @@ pub fn respond(
     let labels = RequestLabels {
         entry: proxied.entry,
         strategy: proxied.strategy,
+        variant: proxied.variant.clone(),
         replica: replica.clone(),
         status_class: status_class(status),
     };
-    let recorder = Recorder::new(
+    let mut recorder = Recorder::new(
         state.metrics.clone(),
         labels,
         kind,
         proxied.received_at,
         proxied.prompt_tokens,
     );
+    if proxied.inference {
+        recorder = recorder.with_canary(state.canary.clone());
+    }
+    if let Some(mut access) = access_log::current() {
+        access.status = status.as_u16();
+        recorder = recorder.with_access(access);
+    }
     let (mut parts, body) = upstream.into_parts();
     strip_hop_by_hop(&mut parts.headers);
-    tag(&mut parts.headers, proxied.entry, proxied.strategy, Some(&replica));
+    tag(&mut parts.headers, proxied.entry, proxied.strategy, &proxied.variant, Some(&replica));
     let body = boxed(ObservedBody::new(body, recorder, proxied.guard));
     state.metrics.record_overhead("first_byte", headers_at);
     Response::from_parts(parts, body)

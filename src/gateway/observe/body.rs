@@ -26,9 +26,15 @@ pin_project! {
     }
 }
 
-impl<B> ObservedBody<B> {
-    pub fn new(inner: B, recorder: Recorder, guard: InFlightGuard) -> Self {
-        Self { inner, recorder, guard: Some(guard), ended: false }
+impl<B: Body> ObservedBody<B> {
+    pub fn new(inner: B, mut recorder: Recorder, guard: InFlightGuard) -> Self {
+        // An empty body (204, a HEAD response) may never be polled: finish it now rather
+        // than have its drop count as an abandoned request.
+        let ended = inner.is_end_stream();
+        if ended {
+            recorder.finish(Outcome::Complete, Instant::now());
+        }
+        Self { inner, recorder, guard: (!ended).then_some(guard), ended }
     }
 }
 
@@ -44,15 +50,23 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.project();
+        let mut this = self.project();
         if *this.ended {
             return Poll::Ready(None);
         }
-        match this.inner.poll_frame(cx) {
+        match this.inner.as_mut().poll_frame(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Some(Ok(frame))) => {
+                let now = Instant::now();
                 if let Some(data) = frame.data_ref() {
-                    this.recorder.on_data(data, Instant::now());
+                    this.recorder.on_data(data, now);
+                }
+                // A body of known length is over with its last byte: hyper stops polling
+                // then, so waiting for `None` would record a complete response as abandoned.
+                if this.inner.is_end_stream() {
+                    this.recorder.finish(Outcome::Complete, now);
+                    this.guard.take();
+                    *this.ended = true;
                 }
                 Poll::Ready(Some(Ok(frame)))
             }

@@ -44,7 +44,10 @@ pub struct GatewayMetrics {
     pub completion_tokens: IntCounterVec,
     pub request_errors: IntCounterVec,
     pub classified: IntCounterVec,
+    /// Requests per API key label; only fed when `auth.count_by_key` is on.
+    pub requests_by_key: IntCounterVec,
     pub overhead: HistogramVec,
+    pub canary_fallbacks: IntCounterVec,
     replica_in_flight: IntGaugeVec,
     replica_in_flight_prompt_tokens: IntGaugeVec,
     replica_reported_waiting: IntGaugeVec,
@@ -152,12 +155,24 @@ impl GatewayMetrics {
                 "Requests classified, by how the entry was decided",
                 &["entry", "method"],
             ),
+            requests_by_key: counter(
+                &r,
+                "laneway_requests_by_key_total",
+                "Authenticated requests per API key (label: first 12 hex digits of its SHA-256)",
+                &["key"],
+            ),
             overhead: histogram(
                 &r,
                 "laneway_overhead_microseconds",
                 "Time the gateway adds, by phase",
                 OVERHEAD_BUCKETS,
                 &["phase"],
+            ),
+            canary_fallbacks: counter(
+                &r,
+                "laneway_canary_fallbacks_total",
+                "Requests whose variant's pool had no available replica, served by the entry's first variant",
+                &["entry", "variant"],
             ),
             replica_in_flight: int_gauge(
                 &r,

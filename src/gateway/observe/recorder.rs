@@ -1,21 +1,24 @@
 //! Per-request latency and token bookkeeping: fed a copy of the response bytes as they pass,
 //! it derives TTFT, every inter-token gap, TPOT, E2E and token counts the way
-//! `vllm bench serve` defines them, and records them once when the response ends.
+//! `vllm bench serve` defines them, and records them once when the response ends (in the
+//! Prometheus metrics, and for inference requests as a canary outcome).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use prometheus::Histogram;
 
 use super::metrics::GatewayMetrics;
+use crate::canary::{self, CanaryRecorder};
+use crate::gateway::access_log::{self, AccessContext, AccessRecord};
 use crate::gateway::entry::{Entry, Strategy};
 use crate::openai::sse::{SseEvent, SseScanner, Usage};
 
 /// Largest non-streamed JSON response kept to read its `usage`.
 const MAX_JSON_BYTES: usize = 4 << 20;
 
-/// The variant label until canaries exist.
-pub const DEFAULT_VARIANT: &str = "default";
+/// The variant label of an entry without configured variants.
+pub const DEFAULT_VARIANT: &str = crate::gateway::config::DEFAULT_VARIANT_NAME;
 
 /// What the response body is, which decides what can be measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +46,8 @@ pub enum Outcome {
 pub struct RequestLabels {
     pub entry: Entry,
     pub strategy: Strategy,
+    /// The canary variant that served the request.
+    pub variant: Arc<str>,
     pub replica: String,
     pub status_class: &'static str,
 }
@@ -62,6 +67,9 @@ pub struct Recorder {
     token_events: u64,
     usage: Option<Usage>,
     finished: bool,
+    /// Set on proxied requests: the access line is written at the end.
+    access: Option<AccessContext>,
+    canary: Option<CanaryRecorder>,
 }
 
 impl Recorder {
@@ -86,7 +94,21 @@ impl Recorder {
             token_events: 0,
             usage: None,
             finished: false,
+            canary: None,
+            access: None,
         }
+    }
+
+    /// Also reports the finished request to the canary comparison.
+    pub fn with_canary(mut self, canary: CanaryRecorder) -> Self {
+        self.canary = Some(canary);
+        self
+    }
+
+    /// Writes an access-log line for this request when it ends.
+    pub fn with_access(mut self, access: AccessContext) -> Self {
+        self.access = Some(access);
+        self
     }
 
     pub fn kind(&self) -> BodyKind {
@@ -97,7 +119,7 @@ impl Recorder {
         [
             self.labels.entry.as_str(),
             self.labels.strategy.as_str(),
-            DEFAULT_VARIANT,
+            &self.labels.variant,
             &self.labels.replica,
             self.labels.status_class,
         ]
@@ -166,21 +188,68 @@ impl Recorder {
         let e2e = now.duration_since(self.received_at);
         self.metrics.e2e.with_label_values(&labels).observe(e2e.as_secs_f64());
         self.metrics.requests.with_label_values(&labels).inc();
+        let completion_tokens = self.usage.map_or(self.token_events, |u| u.completion_tokens);
+        let prompt_tokens = self.usage.map_or(self.estimated_prompt_tokens, |u| u.prompt_tokens);
+        self.write_access_line(outcome, e2e, prompt_tokens, completion_tokens);
         if self.kind == BodyKind::Opaque {
             return;
         }
-        let completion_tokens = self.usage.map_or(self.token_events, |u| u.completion_tokens);
-        let prompt_tokens = self.usage.map_or(self.estimated_prompt_tokens, |u| u.prompt_tokens);
-        let token_labels = [entry, DEFAULT_VARIANT, self.labels.replica.as_str()];
+        let token_labels = [entry, &self.labels.variant, self.labels.replica.as_str()];
         self.metrics.prompt_tokens.with_label_values(&token_labels).inc_by(prompt_tokens);
         self.metrics.completion_tokens.with_label_values(&token_labels).inc_by(completion_tokens);
+        let mut tpot = None;
         if let (Some(first), Some(last)) = (self.first_token_at, self.last_token_at)
             && completion_tokens > 1
             && outcome == Outcome::Complete
         {
-            let tpot = last.duration_since(first).as_secs_f64() / (completion_tokens - 1) as f64;
-            self.metrics.tpot.with_label_values(&labels).observe(tpot);
+            let per_token =
+                last.duration_since(first).as_secs_f64() / (completion_tokens - 1) as f64;
+            self.metrics.tpot.with_label_values(&labels).observe(per_token);
+            tpot = Some(std::time::Duration::from_secs_f64(per_token));
         }
+        if let Some(canary) = &self.canary {
+            canary.record(canary::Outcome {
+                entry: entry.to_string(),
+                variant: self.labels.variant.to_string(),
+                ok: outcome == Outcome::Complete && self.labels.status_class == "2xx",
+                ttft: self.first_token_at.map(|at| at.duration_since(self.received_at)),
+                tpot,
+                e2e,
+                prompt_tokens,
+                completion_tokens,
+            });
+        }
+    }
+}
+
+impl Recorder {
+    fn write_access_line(
+        &self,
+        outcome: Outcome,
+        duration: Duration,
+        prompt: u64,
+        completion: u64,
+    ) {
+        let Some(access) = &self.access else { return };
+        let opaque = self.kind == BodyKind::Opaque;
+        access_log::emit(&AccessRecord {
+            request_id: &access.request_id,
+            method: &access.method,
+            path: &access.path,
+            entry: self.labels.entry.as_str(),
+            variant: &self.labels.variant,
+            replica: &self.labels.replica,
+            status: access.status,
+            ttft: self.first_token_at.map(|first| first.duration_since(self.received_at)),
+            prompt_tokens: if opaque { 0 } else { prompt },
+            completion_tokens: if opaque { 0 } else { completion },
+            duration,
+            outcome: match outcome {
+                Outcome::Complete => "complete",
+                Outcome::UpstreamReset => "upstream_reset",
+                Outcome::ClientGone => "client_gone",
+            },
+        });
     }
 }
 
@@ -202,12 +271,12 @@ fn usage_of_json(body: &[u8]) -> Option<Usage> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     fn recorder(metrics: &Arc<GatewayMetrics>, kind: BodyKind, at: Instant) -> Recorder {
         let labels = RequestLabels {
             entry: Entry::Short,
             strategy: Strategy::ForceClose,
+            variant: DEFAULT_VARIANT.into(),
             replica: "r0".into(),
             status_class: "2xx",
         };
@@ -272,5 +341,25 @@ mod tests {
         );
         // Without usage, the prompt estimate is used.
         assert_eq!(metrics.prompt_tokens.with_label_values(&tokens).get(), 5 + 11);
+    }
+
+    #[tokio::test]
+    async fn finished_inference_requests_reach_the_canary_report() {
+        let metrics = Arc::new(GatewayMetrics::new());
+        let layout = vec![("short".to_string(), vec![DEFAULT_VARIANT.to_string()])];
+        let canary = CanaryRecorder::spawn(canary::CanarySettings::default(), layout);
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let mut complete = recorder(&metrics, BodyKind::Stream, start).with_canary(canary.clone());
+        complete.on_data(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n", at(100));
+        complete.on_data(b"data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\n", at(120));
+        complete.finish(Outcome::Complete, at(130));
+        let cut = recorder(&metrics, BodyKind::Stream, start).with_canary(canary.clone());
+        drop(cut);
+        let report = canary.report().await.unwrap();
+        let summary = &report.entries[0].variants[0].since_start;
+        assert_eq!((summary.requests, summary.failures), (2, 1));
+        assert_eq!(summary.ttft_p50_ms.map(f64::round), Some(100.0));
+        assert_eq!(summary.tpot_p50_ms.map(f64::round), Some(20.0));
     }
 }

@@ -6,17 +6,17 @@
 //!       + waiting                              a queued request costs TTFT: count it twice
 //!       + in_flight_prompt_tokens / 8192       prefill work still owed, in batch-size units
 //!       + 4 * kv_cache_usage                   a nearly full cache will start queueing
-//!       + 100 * connect_failures               a replica refusing connections is avoided
+//!       + 100 * failures                       a replica refusing connections or scrapes is avoided
 //! ```
 //! `in_flight` and `in_flight_prompt_tokens` are the gateway's own counts (always current);
 //! `running`, `waiting` and `kv_cache_usage` come from the replica's `/metrics` and are
 //! dropped (taken as zero) once the last scrape is older than `stale_after_intervals`
 //! scrape intervals, so a replica that stops answering scrapes is judged by the gateway's
-//! own counts alone. The `max` avoids counting this gateway's requests twice while still
+//! own counts alone. `failures` counts refused connections and failed scrapes since the
+//! last success of either, so a dead replica is avoided before requests find out. The `max` avoids counting this gateway's requests twice while still
 //! seeing load that other clients put on the replica.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use rand::Rng;
 
@@ -27,8 +27,8 @@ use super::replica::Replica;
 pub const TOKENS_PER_REQUEST_UNIT: f64 = 8192.0;
 /// Weight of a full KV cache.
 pub const KV_CACHE_WEIGHT: f64 = 4.0;
-/// Weight of each recent connect failure.
-pub const CONNECT_FAILURE_WEIGHT: f64 = 100.0;
+/// Weight of each recent failure.
+pub const FAILURE_WEIGHT: f64 = 100.0;
 
 #[derive(Debug, Default)]
 pub struct LeastQueue;
@@ -38,8 +38,8 @@ pub fn score(replica: &Replica, context: &PickContext) -> f64 {
     let load = &replica.load;
     let in_flight = load.in_flight() as f64;
     let tokens = load.in_flight_prompt_tokens() as f64;
-    let failures = load.connect_failures.load(Ordering::Relaxed) as f64;
-    let own = tokens / TOKENS_PER_REQUEST_UNIT + CONNECT_FAILURE_WEIGHT * failures;
+    let failures = load.failures() as f64;
+    let own = tokens / TOKENS_PER_REQUEST_UNIT + FAILURE_WEIGHT * failures;
     match load.fresh_report(context.epoch, context.now, context.fresh_for) {
         Some(report) => {
             let waiting = report.waiting as f64;
@@ -84,6 +84,7 @@ mod tests {
     use super::*;
     use crate::gateway::config::ReplicaConfig;
     use crate::gateway::pick::replica::ReportedLoad;
+    use std::sync::atomic::Ordering;
     use std::time::{Duration, Instant};
 
     fn replicas(count: usize) -> Vec<Arc<Replica>> {

@@ -31,10 +31,7 @@ pub struct Picker {
 impl Picker {
     pub fn new(config: &GatewayConfig) -> Self {
         let replicas = config.replicas.iter().map(|r| Arc::new(Replica::new(r))).collect();
-        let policy: Box<dyn Policy> = match config.policy {
-            PolicyKind::LeastQueue => Box::new(least_queue::LeastQueue),
-            PolicyKind::RoundRobin => Box::new(round_robin::RoundRobin::default()),
-        };
+        let policy = new_policy(config.policy);
         Self::with_policy(replicas, policy, config.scrape_interval * config.stale_after_intervals)
     }
 
@@ -48,6 +45,11 @@ impl Picker {
 
     pub fn policy_name(&self) -> &'static str {
         self.policy.name()
+    }
+
+    /// The global policy.
+    pub fn policy(&self) -> &dyn Policy {
+        self.policy.as_ref()
     }
 
     /// The current replica set.
@@ -64,17 +66,48 @@ impl Picker {
         self.replicas.load().iter().find(|r| r.name == name).cloned()
     }
 
-    /// Picks a replica, avoiding `exclude` (by name) when another is available.
+    /// Picks a replica with the global policy among all replicas, never `exclude` (by name).
     pub fn pick(&self, exclude: Option<&str>) -> Option<Arc<Replica>> {
+        self.pick_in(self.policy.as_ref(), None, exclude)
+    }
+
+    /// Picks a replica with `policy` among the members of `pool` (`None`: every replica)
+    /// that accept new requests, never `exclude` (by name).
+    pub fn pick_in(
+        &self,
+        policy: &dyn Policy,
+        pool: Option<&[String]>,
+        exclude: Option<&str>,
+    ) -> Option<Arc<Replica>> {
         let replicas = self.replicas.load();
-        let context = PickContext {
+        let mut context = PickContext {
             epoch: self.epoch,
             now: Instant::now(),
             fresh_for: self.fresh_for,
             exclude: exclude.and_then(|name| replicas.iter().position(|r| r.name == name)),
         };
-        let index = self.policy.pick(&replicas, &context)?;
-        Some(replicas[index].clone())
+        // The common case (no pool, nobody out of rotation) picks without allocating.
+        if pool.is_none() && replicas.iter().all(|r| r.accepts_new_requests()) {
+            let index = policy.pick(&replicas, &context)?;
+            return Some(replicas[index].clone());
+        }
+        let candidates: Vec<Arc<Replica>> = replicas
+            .iter()
+            .filter(|r| r.accepts_new_requests() && Some(r.name.as_str()) != exclude)
+            .filter(|r| pool.is_none_or(|members| members.iter().any(|m| *m == r.name)))
+            .cloned()
+            .collect();
+        context.exclude = None;
+        let index = policy.pick(&candidates, &context)?;
+        Some(candidates[index].clone())
+    }
+}
+
+/// A fresh instance of a policy (each keeps its own state, e.g. round robin's turn).
+pub fn new_policy(kind: PolicyKind) -> Box<dyn Policy> {
+    match kind {
+        PolicyKind::LeastQueue => Box::new(least_queue::LeastQueue),
+        PolicyKind::RoundRobin => Box::new(round_robin::RoundRobin::default()),
     }
 }
 
@@ -115,5 +148,22 @@ mod tests {
         assert_eq!(picker.pick(None).unwrap().name, "r0");
         picker.replace(Vec::new());
         assert!(picker.pick(None).is_none());
+    }
+
+    #[test]
+    fn draining_replicas_and_other_pools_are_never_picked() {
+        let picker = picker(PolicyKind::RoundRobin);
+        picker.by_name("r1").unwrap().set_draining(true);
+        for _ in 0..6 {
+            assert_ne!(picker.pick(None).unwrap().name, "r1");
+        }
+        let pool = ["r1".to_string(), "r2".to_string()];
+        let policy = new_policy(PolicyKind::RoundRobin);
+        for _ in 0..6 {
+            assert_eq!(picker.pick_in(policy.as_ref(), Some(&pool), None).unwrap().name, "r2");
+        }
+        assert!(picker.pick_in(policy.as_ref(), Some(&pool), Some("r2")).is_none());
+        picker.by_name("r1").unwrap().set_draining(false);
+        assert_eq!(picker.pick_in(policy.as_ref(), Some(&pool), Some("r2")).unwrap().name, "r1");
     }
 }

@@ -1,7 +1,7 @@
 //! One replica as the picker sees it: its address and the lock-free load figures that the
 //! request path, the in-flight guard and the metrics scraper update.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::gateway::config::ReplicaConfig;
@@ -15,6 +15,8 @@ pub struct Replica {
     /// Fault domain.
     pub node: String,
     pub load: ReplicaLoad,
+    /// Set by an operator (admin API): no new requests, those in flight finish.
+    pub draining: AtomicBool,
 }
 
 impl Replica {
@@ -24,7 +26,22 @@ impl Replica {
             authority: config.authority.clone(),
             node: config.node.clone(),
             load: ReplicaLoad::default(),
+            draining: AtomicBool::new(false),
         }
+    }
+
+    /// Whether the picker may send this replica a new request: the one place every
+    /// out-of-rotation condition is checked.
+    pub fn accepts_new_requests(&self) -> bool {
+        !self.is_draining()
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    pub fn set_draining(&self, draining: bool) {
+        self.draining.store(draining, Ordering::Relaxed);
     }
 }
 
@@ -35,8 +52,8 @@ pub struct ReplicaLoad {
     pub in_flight: AtomicU64,
     /// Estimated prompt tokens of those requests.
     pub in_flight_prompt_tokens: AtomicU64,
-    /// Connect failures since the last successful scrape or request.
-    pub connect_failures: AtomicU64,
+    /// Refused connections and failed scrapes since the last success of either.
+    failures: AtomicU64,
     /// Last scraped `vllm:num_requests_waiting` (or SGLang's equivalent).
     pub reported_waiting: AtomicU64,
     /// Last scraped `vllm:num_requests_running`.
@@ -76,7 +93,23 @@ impl ReplicaLoad {
         self.kv_cache_usage_bits.store(reported.kv_cache_usage.to_bits(), Ordering::Relaxed);
         let micros = now.saturating_duration_since(epoch).as_micros() as u64 + 1;
         self.last_scrape_micros.store(micros, Ordering::Release);
-        self.connect_failures.store(0, Ordering::Relaxed);
+        self.clear_failures();
+    }
+
+    /// Counts a refused connection or a failed scrape.
+    pub fn record_failure(&self) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A request or scrape got through: the replica is reachable again.
+    pub fn clear_failures(&self) {
+        if self.failures.load(Ordering::Relaxed) != 0 {
+            self.failures.store(0, Ordering::Relaxed);
+        }
+    }
+
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
     }
 
     /// Age of the last successful scrape at `now`, `None` if there was none.

@@ -38,8 +38,13 @@ pub fn spawn_scrapers(
                     ticks.tick().await;
                     // A slow replica must not stall the loop past a few intervals.
                     let scrape = tokio::time::timeout(interval * 4, scrape_once(&client, &replica));
-                    if let Ok(Ok(reported)) = scrape.await {
-                        replica.load.record_scrape(reported, epoch, Instant::now());
+                    match scrape.await {
+                        Ok(Ok(reported)) => {
+                            replica.load.record_scrape(reported, epoch, Instant::now())
+                        }
+                        // Refused, 5xx or too slow: the picker avoids the replica until a
+                        // scrape or a request gets through again.
+                        _ => replica.load.record_failure(),
                     }
                 }
             })

@@ -1,0 +1,100 @@
+//! `GET /admin/replicas` (load, queue and drain state of every replica) and
+//! `POST /admin/replicas/{name}/drain|undrain`: a drained replica gets no new requests and
+//! finishes those in flight.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Json, Response};
+use serde_json::{Value, json};
+
+use super::auth::Access;
+use super::{error_response, refusal};
+use crate::gateway::pick::Replica;
+use crate::gateway::state::GatewayState;
+use crate::openai::{ApiError, ErrorKind};
+
+/// One replica as the admin API shows it.
+fn describe(state: &GatewayState, replica: &Replica, now: Instant) -> Value {
+    let picker = &state.picker;
+    let load = &replica.load;
+    let reported = load.fresh_report(picker.epoch, now, picker.fresh_for);
+    let pools: Vec<&str> = state
+        .config
+        .pools
+        .iter()
+        .filter(|pool| pool.replicas.contains(&replica.name))
+        .map(|pool| pool.name.as_str())
+        .collect();
+    json!({
+        "name": replica.name,
+        "url": format!("http://{}", replica.authority),
+        "node": replica.node,
+        "pools": pools,
+        "draining": replica.is_draining(),
+        "accepts_new_requests": replica.accepts_new_requests(),
+        "in_flight": load.in_flight(),
+        "in_flight_prompt_tokens": load.in_flight_prompt_tokens(),
+        // Reported figures are shown only while fresh, as the picker uses them.
+        "reported_waiting": reported.map(|r| r.waiting),
+        "reported_running": reported.map(|r| r.running),
+        "kv_cache_usage": reported.map(|r| r.kv_cache_usage),
+        "scrape_age_seconds": load.scrape_age(picker.epoch, now).map(|age| age.as_secs_f64()),
+    })
+}
+
+pub(super) async fn list(
+    State(state): State<Arc<GatewayState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(refused) = refusal(&state, peer, &headers, Access::Read) {
+        return refused;
+    }
+    let now = Instant::now();
+    let replicas: Vec<Value> =
+        state.picker.snapshot().iter().map(|replica| describe(&state, replica, now)).collect();
+    Json(json!({ "policy": state.picker.policy_name(), "replicas": replicas })).into_response()
+}
+
+pub(super) async fn drain(
+    State(state): State<Arc<GatewayState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    set_draining(&state, peer, &headers, &name, true)
+}
+
+pub(super) async fn undrain(
+    State(state): State<Arc<GatewayState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    set_draining(&state, peer, &headers, &name, false)
+}
+
+fn set_draining(
+    state: &GatewayState,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+    name: &str,
+    draining: bool,
+) -> Response {
+    if let Some(refused) = refusal(state, peer, headers, Access::Write) {
+        return refused;
+    }
+    let Some(replica) = state.picker.by_name(name) else {
+        return error_response(ApiError::new(
+            ErrorKind::NotFound,
+            format!("unknown replica `{name}`"),
+        ));
+    };
+    replica.set_draining(draining);
+    tracing::info!(replica = name, draining, "replica drain state changed by the admin API");
+    Json(describe(state, &replica, Instant::now())).into_response()
+}

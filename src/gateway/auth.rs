@@ -1,0 +1,183 @@
+//! API-key authentication on the inference listeners (smart, dedicated entries, debug):
+//! keys come from the config or a file, are kept only as SHA-256 hashes, and a presented
+//! `Authorization: Bearer` key is hashed and compared with every stored hash in constant
+//! time. The admin listener is not covered: it binds to loopback by default.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use http::HeaderMap;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+/// `[auth]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAuth {
+    /// Keys written in the config itself.
+    #[serde(default)]
+    pub keys: Vec<String>,
+    /// A file with one key per line (blank lines and `#` comments skipped).
+    pub keys_file: Option<String>,
+    /// Count requests per key in `laneway_requests_by_key_total{key}`.
+    #[serde(default)]
+    pub count_by_key: bool,
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    #[error("missing API key: send `Authorization: Bearer <key>`")]
+    Missing,
+    #[error("invalid API key")]
+    Wrong,
+}
+
+/// The accepted keys, as hashes.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKeys {
+    hashes: Vec<[u8; 32]>,
+    /// Whether to count requests per key.
+    pub count_by_key: bool,
+}
+
+impl fmt::Debug for ApiKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Hashes of short keys can be brute-forced: keep them out of logs too.
+        write!(f, "ApiKeys({} keys, count_by_key: {})", self.hashes.len(), self.count_by_key)
+    }
+}
+
+impl ApiKeys {
+    pub fn new<'a>(keys: impl IntoIterator<Item = &'a str>, count_by_key: bool) -> Self {
+        Self { hashes: keys.into_iter().map(hash).collect(), count_by_key }
+    }
+
+    /// Validates `[auth]`: reads the key file, refuses an empty key set. On error, the
+    /// field path and the message.
+    pub fn from_raw(raw: &RawAuth) -> Result<Self, (String, String)> {
+        let mut keys: Vec<String> = raw.keys.clone();
+        if let Some(file) = &raw.keys_file {
+            keys.extend(read_keys_file(Path::new(file)).map_err(|m| ("auth.keys_file".into(), m))?);
+        }
+        if let Some(index) = keys.iter().position(|k| k.trim().is_empty()) {
+            return Err((format!("auth.keys[{index}]"), "an empty key is not allowed".into()));
+        }
+        if keys.is_empty() {
+            return Err(("auth".into(), "no keys: give `keys` or `keys_file`".into()));
+        }
+        Ok(Self::new(keys.iter().map(String::as_str), raw.count_by_key))
+    }
+
+    pub fn len(&self) -> usize {
+        self.hashes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.hashes.is_empty()
+    }
+
+    /// Checks a request's `Authorization` header; on success, the key's label (the first
+    /// 12 hex digits of its hash: stable, and not the key).
+    pub fn check(&self, headers: &HeaderMap) -> Result<String, AuthError> {
+        let presented = bearer(headers).ok_or(AuthError::Missing)?;
+        let presented = hash(presented);
+        // Compare with every stored hash, no early exit: the time taken does not tell
+        // which key (or how much of one) matched.
+        let mut matched = subtle::Choice::from(0);
+        for stored in &self.hashes {
+            matched |= stored.ct_eq(&presented);
+        }
+        if bool::from(matched) { Ok(key_label(&presented)) } else { Err(AuthError::Wrong) }
+    }
+}
+
+/// The one constant-time compare of secrets (shared with the admin API's token check).
+pub use crate::gateway::admin::auth::constant_time_eq;
+
+fn hash(key: &str) -> [u8; 32] {
+    Sha256::digest(key.trim().as_bytes()).into()
+}
+
+fn key_label(hash: &[u8; 32]) -> String {
+    hash[..6].iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// The key of `Authorization: Bearer <key>`, scheme case-insensitive.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, key) = value.trim().split_once(' ')?;
+    let key = key.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !key.is_empty()).then_some(key)
+}
+
+fn read_keys_file(path: &Path) -> Result<Vec<String>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| format!("cannot read {}: {error}", PathBuf::from(path).display()))?;
+    Ok(text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .map(str::to_string)
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(http::header::AUTHORIZATION, value.parse().unwrap());
+        headers
+    }
+
+    #[test]
+    fn missing_wrong_and_right_keys() {
+        let keys = ApiKeys::new(["sk-one", "sk-two"], false);
+        assert_eq!(keys.check(&HeaderMap::new()), Err(AuthError::Missing));
+        assert_eq!(keys.check(&headers("Basic abc")), Err(AuthError::Missing));
+        assert_eq!(keys.check(&headers("Bearer ")), Err(AuthError::Missing));
+        assert_eq!(keys.check(&headers("Bearer sk-three")), Err(AuthError::Wrong));
+        assert_eq!(keys.check(&headers("Bearer sk-on")), Err(AuthError::Wrong));
+        let one = keys.check(&headers("Bearer sk-one")).unwrap();
+        let two = keys.check(&headers("bearer  sk-two")).unwrap();
+        assert_ne!(one, two);
+        assert_eq!(one.len(), 12);
+        assert!(!one.contains("sk-"));
+    }
+
+    #[test]
+    fn constant_time_compare_handles_equal_and_unequal_lengths() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(constant_time_eq(b"", b""));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"ab"));
+        assert!(!constant_time_eq(b"ab", b"abc"));
+        // Stored values are fixed-length hashes, so a key's length never reaches the compare.
+        assert_eq!(hash("k").len(), hash("a much longer key").len());
+    }
+
+    #[test]
+    fn config_reads_a_key_file_and_refuses_an_empty_set() {
+        let dir = std::env::temp_dir().join(format!("laneway-auth-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("keys");
+        std::fs::write(&file, "# team keys\nsk-file\n\n").unwrap();
+        let raw = RawAuth {
+            keys: vec!["sk-inline".into()],
+            keys_file: Some(file.display().to_string()),
+            count_by_key: true,
+        };
+        let keys = ApiKeys::from_raw(&raw).unwrap();
+        assert_eq!(keys.len(), 2);
+        assert!(keys.check(&headers("Bearer sk-file")).is_ok());
+        assert!(!format!("{keys:?}").contains("sk-"));
+        let error = ApiKeys::from_raw(&RawAuth::default()).unwrap_err();
+        assert_eq!(error.0, "auth");
+        let missing = RawAuth { keys_file: Some("/nonexistent/keys".into()), ..RawAuth::default() };
+        assert_eq!(ApiKeys::from_raw(&missing).unwrap_err().0, "auth.keys_file");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

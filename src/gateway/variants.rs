@@ -1,0 +1,240 @@
+//! Canary variants at run time: for each entry, its variants (strategy, policy, pool, one
+//! connector each) and the weight table that assigns requests to them. The table sits
+//! behind `ArcSwap`, so weights change under live traffic without a lock or a restart.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use arc_swap::ArcSwap;
+use http::{HeaderMap, HeaderName};
+
+use crate::canary::{AssignError, Layout, VariantTable, WeightedVariant};
+use crate::gateway::config::{EntryConfig, GatewayConfig};
+use crate::gateway::entry::{Entry, Strategy};
+use crate::gateway::forward::Connector;
+use crate::gateway::pick::{Picker, Policy, Replica, new_policy};
+
+/// The header a request id is read from when no sticky header is configured or present.
+pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
+
+/// One way of serving an entry's requests.
+pub struct Variant {
+    pub name: Arc<str>,
+    pub strategy: Strategy,
+    /// The pool's name, `None` for every replica.
+    pub pool: Option<String>,
+    members: Option<Vec<String>>,
+    /// `None`: the picker's global policy.
+    policy: Option<Box<dyn Policy>>,
+    pub connector: Connector,
+}
+
+impl Variant {
+    /// A replica of this variant's pool that accepts new requests, never `exclude`.
+    pub fn pick(&self, picker: &Picker, exclude: Option<&str>) -> Option<Arc<Replica>> {
+        match &self.policy {
+            None if self.members.is_none() => picker.pick(exclude),
+            None => picker.pick_in(picker.policy(), self.members.as_deref(), exclude),
+            Some(policy) => picker.pick_in(policy.as_ref(), self.members.as_deref(), exclude),
+        }
+    }
+
+    /// The policy's name as configured (`None`: the global one).
+    pub fn policy_name(&self) -> Option<&'static str> {
+        self.policy.as_ref().map(|policy| policy.name())
+    }
+}
+
+/// Why new weights were refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum WeightsError {
+    #[error("entry `{entry}` has no variant `{variant}`")]
+    UnknownVariant { entry: &'static str, variant: String },
+    #[error("weight {0} is out of range 0..=1000000")]
+    OutOfRange(u64),
+    #[error("{0}")]
+    Table(#[from] AssignError),
+}
+
+/// One entry's variants, in configured order: the first is the baseline and the fallback.
+pub struct EntryVariants {
+    pub entry: Entry,
+    pub variants: Vec<Variant>,
+    table: ArcSwap<VariantTable>,
+}
+
+impl EntryVariants {
+    fn new(entry: Entry, config: &EntryConfig, gateway: &GatewayConfig) -> Self {
+        let configured = config.effective_variants();
+        let table = configured
+            .iter()
+            .map(|v| WeightedVariant { name: v.name.clone(), weight: v.weight })
+            .collect();
+        let variants = configured
+            .into_iter()
+            .map(|variant| {
+                let connection = EntryConfig { strategy: variant.strategy, ..config.clone() };
+                let members = variant.pool.as_deref().and_then(|name| gateway.pool(name));
+                Variant {
+                    name: variant.name.into(),
+                    strategy: variant.strategy,
+                    members: members.map(|pool| pool.replicas.clone()),
+                    pool: variant.pool,
+                    policy: variant.policy.map(new_policy),
+                    connector: Connector::new(
+                        &connection,
+                        gateway.connect_timeout,
+                        gateway.header_timeout,
+                    ),
+                }
+            })
+            .collect();
+        let table = VariantTable::new(table).expect("validated with the config");
+        Self { entry, variants, table: ArcSwap::from_pointee(table) }
+    }
+
+    /// The index of the variant a request with this sticky key goes to.
+    pub fn assign(&self, sticky_key: &[u8]) -> usize {
+        self.table.load().assign(sticky_key)
+    }
+
+    pub fn weights(&self) -> Vec<WeightedVariant> {
+        self.table.load().variants().to_vec()
+    }
+
+    /// Sets the weights of the named variants (the others keep theirs); all or nothing.
+    pub fn set_weights(&self, weights: &HashMap<String, u64>) -> Result<(), WeightsError> {
+        let mut table = self.weights();
+        for (name, weight) in weights {
+            let slot = table.iter_mut().find(|v| &v.name == name).ok_or_else(|| {
+                WeightsError::UnknownVariant { entry: self.entry.as_str(), variant: name.clone() }
+            })?;
+            if *weight > 1_000_000 {
+                return Err(WeightsError::OutOfRange(*weight));
+            }
+            slot.weight = *weight as u32;
+        }
+        self.table.store(Arc::new(VariantTable::new(table)?));
+        Ok(())
+    }
+}
+
+/// Every entry's variants and how a request's sticky key is found.
+pub struct Variants {
+    entries: [EntryVariants; 3],
+    sticky_header: Option<HeaderName>,
+    /// Keys requests that carry no id, so that they still spread by weight.
+    anonymous: AtomicU64,
+}
+
+impl Variants {
+    pub fn new(config: &GatewayConfig) -> Self {
+        let entries =
+            Entry::ALL.map(|entry| EntryVariants::new(entry, config.entry(entry), config));
+        Self {
+            entries,
+            sticky_header: config.canary.sticky_header.clone(),
+            anonymous: AtomicU64::new(0),
+        }
+    }
+
+    pub fn of(&self, entry: Entry) -> &EntryVariants {
+        let index = Entry::ALL.iter().position(|e| *e == entry).expect("every entry is listed");
+        &self.entries[index]
+    }
+
+    /// Entries that requests are assigned in (the debug entry goes to a named replica).
+    pub fn compared(&self) -> impl Iterator<Item = &EntryVariants> {
+        self.entries.iter().filter(|e| e.entry != Entry::Debug)
+    }
+
+    /// The key that decides a request's variant: the sticky header's value, else the
+    /// request id, else a per-request counter.
+    pub fn sticky_key(&self, headers: &HeaderMap) -> Vec<u8> {
+        let from = |name: &HeaderName| headers.get(name).map(|v| v.as_bytes().to_vec());
+        self.sticky_header
+            .as_ref()
+            .and_then(from)
+            .or_else(|| from(&REQUEST_ID_HEADER))
+            .unwrap_or_else(|| {
+                let n = self.anonymous.fetch_add(1, Ordering::Relaxed);
+                format!("request-{n}").into_bytes()
+            })
+    }
+
+    /// The entries and variant names the canary report lists.
+    pub fn layout(&self) -> Layout {
+        self.compared()
+            .map(|e| {
+                let names = e.variants.iter().map(|v| v.name.to_string()).collect();
+                (e.entry.as_str().to_string(), names)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::config::{ReplicaConfig, VariantConfig};
+
+    fn config() -> GatewayConfig {
+        let replicas = vec![ReplicaConfig {
+            name: "r0".into(),
+            authority: "127.0.0.1:1".into(),
+            node: "n".into(),
+        }];
+        let mut config = GatewayConfig::with_replicas(replicas);
+        config.canary.sticky_header = Some(HeaderName::from_static("x-user-id"));
+        config.short.variants = ["a", "b"]
+            .map(|name| VariantConfig {
+                name: name.into(),
+                strategy: Strategy::ForceClose,
+                policy: None,
+                pool: None,
+                weight: 1,
+            })
+            .to_vec();
+        config
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.insert(*name, value.parse().unwrap());
+        }
+        headers
+    }
+
+    #[tokio::test]
+    async fn the_sticky_header_wins_then_the_request_id_then_a_counter() {
+        let variants = Variants::new(&config());
+        let both = headers(&[("x-user-id", "alice"), ("x-request-id", "req-1")]);
+        assert_eq!(variants.sticky_key(&both), b"alice");
+        assert_eq!(variants.sticky_key(&headers(&[("x-request-id", "req-1")])), b"req-1");
+        let first = variants.sticky_key(&HeaderMap::new());
+        assert_ne!(first, variants.sticky_key(&HeaderMap::new()));
+        // Entries without variants have the implicit one; the debug entry is not compared.
+        let layout = variants.layout();
+        assert_eq!(layout[0], ("short".to_string(), vec!["a".to_string(), "b".to_string()]));
+        assert_eq!(layout[1], ("long".to_string(), vec!["default".to_string()]));
+        assert_eq!(layout.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn weights_change_all_or_nothing() {
+        let variants = Variants::new(&config());
+        let short = variants.of(Entry::Short);
+        short.set_weights(&HashMap::from([("b".to_string(), 0)])).unwrap();
+        assert!((0..200).all(|n| short.assign(format!("{n}").as_bytes()) == 0));
+        let unknown = HashMap::from([("a".to_string(), 0), ("zz".to_string(), 1)]);
+        assert!(matches!(short.set_weights(&unknown), Err(WeightsError::UnknownVariant { .. })));
+        let all_zero = HashMap::from([("a".to_string(), 0)]);
+        assert_eq!(short.set_weights(&all_zero), Err(WeightsError::Table(AssignError::AllZero)));
+        let too_big = HashMap::from([("a".to_string(), 2_000_000)]);
+        assert_eq!(short.set_weights(&too_big), Err(WeightsError::OutOfRange(2_000_000)));
+        let weights: Vec<u32> = short.weights().iter().map(|w| w.weight).collect();
+        assert_eq!(weights, [1, 0], "a refused change left the table as it was");
+    }
+}
