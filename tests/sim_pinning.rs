@@ -28,6 +28,9 @@ const SPEED: f64 = 1.0;
 const LIMIT: Duration = Duration::from_secs(30);
 /// Bound on the polls for a request to reach the replica.
 const ARRIVAL_POLLS: usize = 3000;
+/// Gap between fresh connections: more than h20-tp8's 2 ms accept window, so each one is
+/// a new accept, not part of the previous one's batch (this spacing is what is tested).
+const APART: Duration = Duration::from_millis(10);
 
 type Sender = SendRequest<Full<Bytes>>;
 
@@ -110,7 +113,9 @@ async fn join_ttfts(tasks: Vec<tokio::task::JoinHandle<Duration>>) -> Vec<Durati
 
 #[tokio::test]
 async fn a_burst_of_connections_lands_on_one_worker() {
-    let sim = start("h20-tp8", WORKERS, SPEED).await;
+    // A slow clock widens the 2 ms accept window to 20 ms of wall time: a busy machine
+    // cannot spread the burst beyond it.
+    let sim = start("h20-tp8", WORKERS, 0.1).await;
     let (_senders, workers) = burst(sim.addr(), REQUESTS).await;
     assert!(workers.iter().all(|worker| *worker == workers[0]), "{workers:?}");
     let used = sim.stats().connections_per_worker.iter().filter(|&&n| n > 0).count();
@@ -147,12 +152,15 @@ async fn keep_alive_connections_of_one_burst_queue_ttft() {
     assert_eq!(stats.requests_per_worker.iter().filter(|&&n| n > 0).count(), 1);
     pinned_sim.shutdown().await;
 
-    // Fresh connections: each opened once the previous request is being preprocessed, so
-    // its worker is busy and the next one lands elsewhere.
+    // Fresh connections: each opened apart in time, once the previous request is being
+    // preprocessed, so its worker is busy and the next one lands elsewhere.
     let fresh_sim = start("h20-tp8", WORKERS, SPEED).await;
     let addr = fresh_sim.addr();
     let mut tasks = Vec::new();
     for sent in 1..=REQUESTS {
+        if sent > 1 {
+            tokio::time::sleep(APART).await;
+        }
         let sender = connect(addr).await;
         tasks.push(tokio::spawn(ttft(sender, addr, 8)));
         wait_for_preprocessing(&fresh_sim, sent as u64).await;
