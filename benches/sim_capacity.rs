@@ -88,9 +88,18 @@ async fn sample_running(base: String, peak: Arc<AtomicU64>, stop: Arc<AtomicU64>
 async fn main() {
     let concurrency = env_number("SIM_CAPACITY_CONCURRENCY", 2000);
     let output_tokens = env_number("SIM_CAPACITY_OUTPUT_TOKENS", 128);
-    let profile = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/sim_capacity.toml");
+    // A built-in profile by name, or the benchmark's own wide profile.
+    let profile_args = match std::env::var("SIM_CAPACITY_PROFILE") {
+        Ok(name) if !name.is_empty() => vec!["--profile".to_owned(), name],
+        _ => {
+            let file = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/sim_capacity.toml");
+            vec!["--config".to_owned(), file.to_owned()]
+        }
+    };
+    let speed = std::env::var("SIM_CAPACITY_SPEED").unwrap_or_else(|_| "1".to_owned());
     let mut child = Command::new(env!("CARGO_BIN_EXE_laneway"))
-        .args(["sim", "--port", "0", "--config", profile, "--api-workers", "4"])
+        .args(["sim", "--port", "0", "--api-workers", "4", "--speed", &speed])
+        .args(&profile_args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true)
@@ -142,7 +151,9 @@ async fn main() {
     let _ = child.kill().await;
 
     println!(
-        "sim capacity: {concurrency} concurrent streams x {output_tokens} tokens, 4 API workers"
+        "sim capacity: {concurrency} concurrent streams x {output_tokens} tokens, 4 API workers, \
+         {}, speed {speed}",
+        profile_args.join(" ")
     );
     println!("  completed      {ok}/{concurrency}, errors {}", errors.len());
     for error in errors.iter().take(5) {
@@ -153,6 +164,12 @@ async fn main() {
         peak_running.load(Ordering::Relaxed)
     );
     println!("  SSE events     {events} in {wall:.2} s wall ({:.0}/s)", events as f64 / wall);
+    // Three events per stream carry no content: the role, the usage and [DONE].
+    let content_events = events.saturating_sub(3 * ok as u64).max(1);
+    println!(
+        "  tokens/event   {:.2} (content events carry what queued up while a worker was busy)",
+        (ok as u64 * output_tokens) as f64 / content_events as f64
+    );
     println!(
         "  sim CPU        {:.2} s ({:.0}% of one core over the run)",
         cpu_after - cpu_before,

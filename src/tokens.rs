@@ -38,6 +38,12 @@ const WORDS: &[&str] = &[
     "two", "way", "who", "boy", "did", "its", "let", "put", "say", "she", "too", "use",
 ];
 
+/// Word `n` (wrapping) of the synthetic vocabulary: one estimated token with its space, so
+/// generated output re-estimates to the count of tokens it stands for.
+pub fn synthetic_word(n: u64) -> &'static str {
+    WORDS[(n % WORDS.len() as u64) as usize]
+}
+
 /// Synthetic prompt text of exactly `tokens` estimated tokens, drawn from `rng` so that a
 /// seeded generator makes the same prompts every run.
 pub fn synthetic_text(tokens: u64, rng: &mut impl Rng) -> String {

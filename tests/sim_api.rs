@@ -200,3 +200,20 @@ async fn stats_count_connections_and_requests() {
     assert_eq!((stats.running, stats.waiting), (0, 0));
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn streams_over_h2c_too() {
+    let sim = start("tiny", 1, 20.0).await;
+    let client = reqwest::Client::builder().http2_prior_knowledge().build().unwrap();
+    let response = client
+        .post(url(&sim, "/v1/chat/completions"))
+        .json(&chat_body(30, 4, true))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.version(), reqwest::Version::HTTP_2);
+    assert_eq!(response.headers()["x-sim-api-worker"], "0");
+    let events = sse_data(&response.text().await.unwrap());
+    assert_eq!(events.len(), 7, "role, 4 tokens, usage, [DONE]: {events:?}");
+    sim.shutdown().await;
+}

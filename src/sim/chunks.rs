@@ -6,17 +6,12 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::openai::request::Endpoint;
+use crate::tokens::synthetic_word;
 
-/// Words the generated text is made of (each token is one word with a leading space).
-const WORDS: &[&str] = &[
-    "lorem", "ipsum", "dolor", "sit", "amet", "lane", "way", "token", "batch", "queue", "route",
-    "model", "serve", "cache", "prefill", "decode", "step", "chunk", "fast", "slow", "wide",
-    "deep",
-];
-
-/// The text of generated token `index` of a replica seeded with `seed`.
+/// The text of generated token `index` of a replica seeded with `seed` (one word from the
+/// shared synthetic vocabulary).
 pub fn token_text(seed: u64, index: u64) -> &'static str {
-    WORDS[(mix(seed ^ mix(index)) % WORDS.len() as u64) as usize]
+    synthetic_word(mix(seed ^ mix(index)))
 }
 
 /// SplitMix64's finaliser: a cheap, well-spread hash for reproducible choices.
@@ -140,9 +135,10 @@ impl ResponseWriter {
         self.event(&[ChatChoice { index: 0, delta, logprobs: None, finish_reason: None }], None)
     }
 
-    /// The event carrying generated token `index`; the last one carries `finish_reason`.
-    pub fn token_event(&self, index: u64, last: bool) -> Bytes {
-        let text = format!(" {}", token_text(self.seed, index));
+    /// The event carrying generated tokens `first..first + count` (one delta with their
+    /// text, as vLLM sends what is ready); the last event carries `finish_reason`.
+    pub fn token_event(&self, first: u64, count: u64, last: bool) -> Bytes {
+        let text = self.text_of(first..first + count);
         let finish_reason = last.then_some("length");
         match self.endpoint {
             Endpoint::Chat => self.event(
@@ -179,7 +175,11 @@ impl ResponseWriter {
 
     /// The whole generated text of `tokens` tokens.
     pub fn full_text(&self, tokens: u64) -> String {
-        (0..tokens).map(|index| format!(" {}", token_text(self.seed, index))).collect()
+        self.text_of(0..tokens)
+    }
+
+    fn text_of(&self, tokens: std::ops::Range<u64>) -> String {
+        tokens.map(|index| format!(" {}", token_text(self.seed, index))).collect()
     }
 
     /// A complete (non-streaming) response body.
@@ -235,8 +235,10 @@ mod tests {
         let role = parse(writer.role_event());
         assert_eq!(role["object"], "chat.completion.chunk");
         assert_eq!(role["choices"][0]["delta"]["role"], "assistant");
-        let last = parse(writer.token_event(3, true));
+        let last = parse(writer.token_event(3, 2, true));
         assert_eq!(last["choices"][0]["finish_reason"], "length");
+        let content = last["choices"][0]["delta"]["content"].as_str().unwrap();
+        assert_eq!(content, writer.full_text(5).strip_prefix(&writer.full_text(3)).unwrap());
         let usage = parse(writer.usage_event(Usage::new(5, 2)));
         assert_eq!(usage["choices"], json!([]));
         assert_eq!(usage["usage"]["total_tokens"], 7);

@@ -12,6 +12,7 @@ use super::body::{self, SimBody};
 use super::chunks::{ResponseWriter, Usage};
 use super::clock::SimTime;
 use super::engine::{EngineRequest, TokenBatch};
+use super::metrics::FinishedTiming;
 use super::profile::Profile;
 use super::state::SimState;
 use super::stats::InFlightGuard;
@@ -87,7 +88,7 @@ pub async fn serve(
     let api = &profile.api;
     let preprocessing_us =
         api.request_overhead_us + api.tokenize_us_per_token * lengths.prompt_tokens as f64;
-    let ready_at = state.workers.charge(worker, arrival, preprocessing_us);
+    let ready_at = state.workers.preprocess(worker, &state.clock, arrival, preprocessing_us).await;
     state.clock.sleep_until(ready_at).await;
 
     let (token_sender, tokens) = mpsc::channel(lengths.max_tokens as usize + 1);
@@ -156,18 +157,17 @@ async fn collect(
     let Some(first_token_at) = first_token_at.filter(|_| generated >= lengths.max_tokens) else {
         return engine_gone();
     };
-    let done = state.workers.charge(worker, last_token_at, state.config.profile.api.response_us);
+    let done =
+        state.workers.charge_output(worker, last_token_at, state.config.profile.api.response_us);
     state.clock.sleep_until(done).await;
-    let metrics = &state.metrics;
-    let ttft = first_token_at.seconds_since(arrival);
-    let e2e = done.seconds_since(arrival);
-    metrics.time_to_first_token.observe(ttft);
-    metrics.e2e_request_latency.observe(e2e);
-    if generated > 1 {
-        let per_token = last_token_at.seconds_since(first_token_at) / (generated - 1) as f64;
-        metrics.request_time_per_output_token.observe(per_token);
-    }
-    metrics.request_success.with_label_values(&["length"]).inc();
+    state.metrics.time_to_first_token.observe(first_token_at.seconds_since(arrival));
+    state.metrics.observe_finished(FinishedTiming {
+        arrival,
+        first_output: first_token_at,
+        last_token: last_token_at,
+        finished: done,
+        tokens: generated,
+    });
     let usage = Usage::new(lengths.prompt_tokens, generated);
     body::json_response(writer.full_body(usage))
 }

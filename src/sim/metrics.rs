@@ -6,6 +6,8 @@ use prometheus::{
     TextEncoder,
 };
 
+use super::clock::SimTime;
+
 const TTFT_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
     20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
@@ -18,6 +20,18 @@ const E2E_BUCKETS: &[f64] = &[
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
     480.0, 960.0, 1920.0, 7680.0,
 ];
+
+/// Simulated times of a finished request.
+#[derive(Debug, Clone, Copy)]
+pub struct FinishedTiming {
+    pub arrival: SimTime,
+    /// The first event of a stream, or the first token of a complete response.
+    pub first_output: SimTime,
+    pub last_token: SimTime,
+    /// The last token's event left, or the complete body was built.
+    pub finished: SimTime,
+    pub tokens: u64,
+}
 
 /// Every metric one replica exports. Latencies are observed in simulated seconds.
 #[derive(Debug)]
@@ -115,6 +129,18 @@ impl SimMetrics {
         registry.register(Box::new(self.request_time_per_output_token.clone()))?;
         registry.register(Box::new(self.e2e_request_latency.clone()))?;
         Ok(())
+    }
+
+    /// Records a request that produced all its `tokens`: E2E from `arrival` to `finished`,
+    /// TPOT from its first output to its last token, and a success ("length").
+    pub fn observe_finished(&self, timing: FinishedTiming) {
+        let FinishedTiming { arrival, first_output, last_token, finished, tokens } = timing;
+        self.e2e_request_latency.observe(finished.seconds_since(arrival));
+        if tokens > 1 {
+            let per_token = last_token.seconds_since(first_output) / (tokens - 1) as f64;
+            self.request_time_per_output_token.observe(per_token);
+        }
+        self.request_success.with_label_values(&["length"]).inc();
     }
 
     /// The Prometheus text exposition of every metric.

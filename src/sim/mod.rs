@@ -2,12 +2,14 @@
 //!
 //! It serves vLLM's OpenAI endpoints (streaming and not), `/health`, `/version`, `/load`,
 //! `/get_load` (SGLang's shape) and `/metrics` (vLLM's names), and models time with a
-//! continuous-batching engine ([`engine`]) behind API-server processes that pin keep-alive
-//! connections ([`api_workers`]). Timing parameters are data ([`profile`], `config/profiles/`).
+//! continuous-batching engine ([`engine`]) behind API-server processes ([`api_workers`]) that
+//! accept connections in batches and keep them ([`accept`]), stream output with priority and
+//! preprocess new requests in the time left ([`preprocess`]). Timing parameters are data ([`profile`], `config/profiles/`).
 //! Faults ([`Fault`]) break and heal a replica at runtime. See `docs/sim.md`.
 //!
 //! Start one in-process with [`spawn`]; the CLI ([`run`]) is a thin shell over it.
 
+pub mod accept;
 pub mod admin;
 pub mod api_workers;
 pub mod body;
@@ -18,6 +20,7 @@ pub mod engine;
 pub mod fault;
 pub mod inference;
 pub mod metrics;
+pub mod preprocess;
 pub mod profile;
 pub mod routes;
 pub mod server;

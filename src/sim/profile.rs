@@ -48,7 +48,8 @@ pub struct EngineProfile {
     pub decode_us_per_seq: f64,
 }
 
-/// One API-server process (vLLM's `--api-server-count`): a serial CPU resource.
+/// One API-server process (vLLM's `--api-server-count`): one CPU that streams output (with
+/// priority) and preprocesses new requests, and accepts connections in batches.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApiProfile {
@@ -56,10 +57,26 @@ pub struct ApiProfile {
     pub request_overhead_us: f64,
     /// Tokenizing cost per prompt token, before the request reaches the engine.
     pub tokenize_us_per_token: f64,
-    /// Cost of every SSE event a stream sends.
+    /// Cost of every SSE event a stream sends (tokens that queued up share one event).
     pub per_chunk_us: f64,
     /// Cost of building a non-streaming response body.
     pub response_us: f64,
+    /// A connection arriving within this long of the previous one a worker accepted joins
+    /// that worker's accept batch.
+    #[serde(default = "default_accept_window_us")]
+    pub accept_window_us: f64,
+    /// At most this many connections per accept batch.
+    #[serde(default = "default_accept_batch_max")]
+    pub accept_batch_max: u64,
+}
+
+fn default_accept_window_us() -> f64 {
+    1000.0
+}
+
+/// asyncio's default `backlog`, the most `_accept_connection` takes per wakeup.
+fn default_accept_batch_max() -> u64 {
+    100
 }
 
 impl Profile {
@@ -105,6 +122,7 @@ impl Profile {
             ("engine.max_num_seqs", engine.max_num_seqs),
             ("engine.max_num_batched_tokens", engine.max_num_batched_tokens),
             ("engine.kv_cache_tokens", engine.kv_cache_tokens),
+            ("api.accept_batch_max", api.accept_batch_max),
         ];
         for (field, value) in positive {
             if value == 0 {
@@ -127,6 +145,7 @@ impl Profile {
             ("api.tokenize_us_per_token", api.tokenize_us_per_token),
             ("api.per_chunk_us", api.per_chunk_us),
             ("api.response_us", api.response_us),
+            ("api.accept_window_us", api.accept_window_us),
         ];
         for (field, value) in costs {
             if !value.is_finite() || value < 0.0 {

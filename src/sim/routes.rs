@@ -11,7 +11,6 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde_json::json;
 
-use super::api_workers::PinnedConnection;
 use super::body::{self, SimBody};
 use super::fault::Fault;
 use super::state::SimState;
@@ -36,14 +35,12 @@ const KNOWN_PATHS: &[&str] = &[
     "/sim/fault",
 ];
 
-/// Serves one request that arrived on `connection`.
+/// Serves one request that arrived on a connection of API worker `worker`.
 pub async fn handle(
     state: Arc<SimState>,
-    connection: Arc<PinnedConnection>,
+    worker: usize,
     request: Request<Incoming>,
 ) -> Response<SimBody> {
-    connection.request_arrived();
-    let worker = connection.worker;
     let mut response = route(&state, worker, request).await;
     let headers = response.headers_mut();
     if let Ok(id) = HeaderValue::from_str(&state.config.id) {

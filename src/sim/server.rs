@@ -1,6 +1,6 @@
-//! Starting and stopping a replica: binding, the accept loop that pins each connection to
-//! an API worker, serving connections with hyper (HTTP/1.1 and h2c), the `exit` fault's
-//! crash and restart, and shutdown.
+//! Starting and stopping a replica: binding, the accept loop that hands each connection to
+//! an API worker for its lifetime, serving connections with hyper (HTTP/1.1 and h2c), the
+//! `exit` fault's crash and restart, and shutdown.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -15,7 +15,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
-use super::api_workers::{ApiWorkers, PinnedConnection};
+use super::accept::AcceptChoice;
+use super::api_workers::ApiWorkers;
 use super::clock::SimClock;
 use super::config::{SimConfig, SimError};
 use super::engine::{Engine, EngineLoad};
@@ -34,8 +35,8 @@ pub struct SimHandle {
     state: Arc<SimState>,
     addr: SocketAddr,
     stop: watch::Sender<bool>,
-    accept_task: JoinHandle<()>,
-    engine_task: JoinHandle<()>,
+    /// Taken by `shutdown`; dropping the handle without it still stops the replica.
+    tasks: Option<(JoinHandle<()>, JoinHandle<()>)>,
 }
 
 /// Starts a replica in this process: binds `config.host:config.port` (0: any free port),
@@ -80,7 +81,7 @@ pub async fn spawn(config: SimConfig) -> Result<SimHandle, SimError> {
     let accept_task = tokio::spawn(accept_loop(state.clone(), listener, addr, stop_watch));
     tracing::info!(id = %state.config.id, %addr, profile = %state.config.profile.name,
         api_workers = state.config.api_workers, speed = state.config.speed, "sim replica listening");
-    Ok(SimHandle { state, addr, stop, accept_task, engine_task })
+    Ok(SimHandle { state, addr, stop, tasks: Some((accept_task, engine_task)) })
 }
 
 impl SimHandle {
@@ -114,10 +115,19 @@ impl SimHandle {
     }
 
     /// Stops accepting, ends every connection and waits for the accept loop and engine.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
         self.stop.send_replace(true);
-        let _ = self.accept_task.await;
-        let _ = self.engine_task.await;
+        if let Some((accept_task, engine_task)) = self.tasks.take() {
+            let _ = accept_task.await;
+            let _ = engine_task.await;
+        }
+    }
+}
+
+impl Drop for SimHandle {
+    /// A dropped handle stops its replica (without waiting for it).
+    fn drop(&mut self) {
+        self.stop.send_replace(true);
     }
 }
 
@@ -134,6 +144,7 @@ async fn accept_loop(
     // Bumped to drop every open connection (crash or shutdown).
     let (drop_all, drop_watch) = watch::channel(0u64);
     let mut connections = JoinSet::new();
+    let mut choice = AcceptChoice::new(&state.config.profile.api, state.config.seed);
     loop {
         let crashed = *faults.borrow_and_update() == Fault::Exit;
         if crashed && listener.is_some() {
@@ -154,7 +165,9 @@ async fn accept_loop(
         };
         match accepted {
             Ok((stream, _peer)) => {
-                connections.spawn(serve_connection(state.clone(), stream, drop_watch.clone()));
+                let worker = choice.choose(&state.workers, state.clock.now());
+                let serve = serve_connection(state.clone(), stream, worker, drop_watch.clone());
+                connections.spawn(serve);
             }
             Err(error) => {
                 // E.g. out of descriptors: back off instead of spinning on accept.
@@ -176,21 +189,19 @@ async fn accept(listener: &Option<TcpListener>) -> std::io::Result<(TcpStream, S
     }
 }
 
-/// Pins a connection to an API worker and serves it until it closes or is dropped.
+/// Serves a connection on the API worker that accepted it until it closes or is dropped.
 async fn serve_connection(
     state: Arc<SimState>,
     stream: TcpStream,
+    worker: usize,
     mut drop_all: watch::Receiver<u64>,
 ) {
     drop_all.borrow_and_update();
     let _ = stream.set_nodelay(true);
     state.counters.connections_accepted.fetch_add(1, Ordering::Relaxed);
-    let worker = state.workers.choose_for_accept(state.clock.now());
-    let pinned = Arc::new(PinnedConnection::new(state.workers.clone(), worker));
     let service = service_fn(move |request| {
         let state = state.clone();
-        let pinned = pinned.clone();
-        async move { Ok::<_, Infallible>(routes::handle(state, pinned, request).await) }
+        async move { Ok::<_, Infallible>(routes::handle(state, worker, request).await) }
     });
     let builder = auto::Builder::new(TokioExecutor::new());
     let connection = builder.serve_connection(TokioIo::new(stream), service);

@@ -37,6 +37,9 @@ impl SimState {
             connections_per_worker: self.workers.connections_per_worker(),
             running: self.engine_load.running.load(Ordering::Relaxed),
             waiting: self.engine_load.waiting.load(Ordering::Relaxed),
+            preprocessing_per_worker: (0..self.workers.len())
+                .map(|worker| self.workers.preprocessing_pending(worker))
+                .collect(),
         }
     }
 }

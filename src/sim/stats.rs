@@ -18,6 +18,9 @@ pub struct SimStats {
     pub running: u64,
     /// Requests queued for the engine (not yet admitted).
     pub waiting: u64,
+    /// Requests being preprocessed (or queued for it) on each API worker.
+    #[serde(default)]
+    pub preprocessing_per_worker: Vec<u64>,
 }
 
 /// Per-replica request counters.

@@ -1,6 +1,14 @@
 //! A streamed response: turns the engine's tokens into vLLM's SSE events and paces them
-//! through the API worker (every event costs `per_chunk_us` of its serial CPU time).
+//! through the API worker (every event costs `per_chunk_us` of its output time).
+//!
+//! # Chunk coalescing (a model of vLLM's output processor)
+//! A stream has at most one event in the worker's output queue. Tokens the engine produced
+//! while that event waited go out together in the next event (one delta with all their
+//! text), so output cost is per event, not per token: an overloaded worker sends fewer,
+//! larger events, and the token rate (TPOT) holds while the event rate drops. Usage counts
+//! stay exact.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,6 +21,7 @@ use super::clock::SimTime;
 use super::engine::TokenBatch;
 use super::fault::Fault;
 use super::inference::Lengths;
+use super::metrics::FinishedTiming;
 use super::state::SimState;
 use super::stats::InFlightGuard;
 use crate::openai::request::Endpoint;
@@ -46,6 +55,7 @@ struct Progress {
     events_sent: u64,
     tokens_sent: u64,
     first_event_at: Option<SimTime>,
+    last_event_at: Option<SimTime>,
     last_token_at: Option<SimTime>,
 }
 
@@ -61,11 +71,30 @@ impl StreamJob {
 
     async fn produce(mut self) {
         let mut progress = Progress::default();
-        while let Some(batch) = self.tokens.recv().await {
-            for _ in 0..batch.count {
-                if self.send_token(&mut progress, batch.at).await.is_err() {
-                    return;
+        // Tokens received and not sent yet, oldest first.
+        let mut pending: VecDeque<TokenBatch> = VecDeque::new();
+        loop {
+            if pending.is_empty() {
+                match self.tokens.recv().await {
+                    Some(batch) => pending.push_back(batch),
+                    None => break,
                 }
+            }
+            while let Ok(batch) = self.tokens.try_recv() {
+                pending.push_back(batch);
+            }
+            // The next event is ready when the stream's previous event is out and a token
+            // is there; it carries every token produced by then (decided in simulated time,
+            // so a late wake-up on the wall clock does not change what goes together).
+            let first_at = pending.front().expect("not empty").at;
+            let ready = first_at.max(progress.last_event_at.unwrap_or(first_at));
+            let mut count = 0;
+            while let Some(batch) = pending.front().filter(|batch| batch.at <= ready) {
+                count += batch.count;
+                pending.pop_front();
+            }
+            if self.send_tokens(&mut progress, count, ready).await.is_err() {
+                return;
             }
         }
         if progress.tokens_sent < self.lengths.max_tokens {
@@ -89,10 +118,11 @@ impl StreamJob {
         let _ = self.send_event(&mut progress, ResponseWriter::done_event(), last_token_at).await;
     }
 
-    /// Sends the next token's event (preceded, for chat, by the role event).
-    async fn send_token(
+    /// Sends the next `count` tokens in one event (preceded, for chat, by the role event).
+    async fn send_tokens(
         &mut self,
         progress: &mut Progress,
+        count: u64,
         token_at: SimTime,
     ) -> Result<(), Stopped> {
         let index = progress.tokens_sent;
@@ -100,15 +130,15 @@ impl StreamJob {
             let role = self.writer.role_event();
             self.send_event(progress, role, token_at).await?;
         }
-        let last = index + 1 == self.lengths.max_tokens;
-        let event = self.writer.token_event(index, last);
+        let last = index + count >= self.lengths.max_tokens;
+        let event = self.writer.token_event(index, count, last);
         let sent_at = self.send_event(progress, event, token_at).await?;
         if let Some(previous) = progress.last_token_at {
             let gap = sent_at.seconds_since(previous);
             self.state.metrics.inter_token_latency.observe(gap);
         }
         progress.last_token_at = Some(sent_at);
-        progress.tokens_sent += 1;
+        progress.tokens_sent += count;
         Ok(())
     }
 
@@ -127,10 +157,11 @@ impl StreamJob {
             return Err(Stopped);
         }
         let per_chunk_us = self.state.config.profile.api.per_chunk_us;
-        let sent_at = self.state.workers.charge(self.worker, ready_at, per_chunk_us);
+        let sent_at = self.state.workers.charge_output(self.worker, ready_at, per_chunk_us);
         self.state.clock.sleep_until(sent_at).await;
         self.chunks.send(Ok(event)).await.map_err(|_| Stopped)?;
         progress.events_sent += 1;
+        progress.last_event_at = Some(sent_at);
         if progress.first_event_at.is_none() {
             progress.first_event_at = Some(sent_at);
             let ttft = sent_at.seconds_since(self.arrival);
@@ -157,12 +188,12 @@ impl StreamJob {
         let (Some(first), Some(last)) = (progress.first_event_at, progress.last_token_at) else {
             return;
         };
-        let metrics = &self.state.metrics;
-        metrics.e2e_request_latency.observe(last.seconds_since(self.arrival));
-        if progress.tokens_sent > 1 {
-            let per_token = last.seconds_since(first) / (progress.tokens_sent - 1) as f64;
-            metrics.request_time_per_output_token.observe(per_token);
-        }
-        metrics.request_success.with_label_values(&["length"]).inc();
+        self.state.metrics.observe_finished(FinishedTiming {
+            arrival: self.arrival,
+            first_output: first,
+            last_token: last,
+            finished: last,
+            tokens: progress.tokens_sent,
+        });
     }
 }
