@@ -1,6 +1,6 @@
 //! Measures the cheap estimates against the parsed estimate on the field's workloads
 //! (1000-, 9000- and 50000-token chat prompts); prints the table documented in
-//! `docs/gateway.md` with `cargo test --lib accuracy -- --nocapture`.
+//! the README with `cargo test --lib accuracy -- --nocapture`.
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
