@@ -21,6 +21,8 @@ pub enum FailureReason {
 }
 
 impl FailureReason {
+    pub const ALL: [Self; 4] = [Self::Connect, Self::Reset, Self::ServerError, Self::Timeout];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Connect => "connect",
@@ -44,6 +46,13 @@ impl HealthTracker {
         config: HealthConfig,
         metrics: Arc<ReliabilityMetrics>,
     ) -> Self {
+        // Counters start at zero, so `increase()` sees the first ejection and dashboards find
+        // the series before anything failed.
+        for replica in picker.snapshot().iter() {
+            for reason in FailureReason::ALL {
+                metrics.replica_ejections.with_label_values(&[&replica.name, reason.as_str()]);
+            }
+        }
         Self { picker, config, metrics }
     }
 
