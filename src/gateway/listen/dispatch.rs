@@ -24,7 +24,7 @@ use crate::gateway::entry::Entry;
 use crate::gateway::error::GatewayError;
 use crate::gateway::forward::debug::split_debug_path;
 use crate::gateway::observe::DEFAULT_VARIANT;
-use crate::gateway::pick::InFlightGuard;
+use crate::gateway::pick::{InFlightGuard, Replica};
 use crate::gateway::request_id::{self, REQUEST_ID_HEADER};
 use crate::gateway::state::GatewayState;
 use crate::openai::request::Endpoint;
@@ -260,20 +260,7 @@ async fn debug(
 ) -> Result<Response<ProxyBody>, GatewayError> {
     let (name, path) = debug_target(&request)?;
     let replica = state.picker.by_name(&name).ok_or(GatewayError::UnknownReplica(name))?;
-    let guard = InFlightGuard::acquire(replica.clone(), 0);
-    let connector = state.connector(Entry::Debug);
-    state.metrics.record_overhead("request", received_at);
-    let upstream = connector.send(&replica, request.map(boxed), path).await?;
-    let proxied = Proxied {
-        entry: Entry::Debug,
-        strategy: connector.strategy(),
-        variant: DEFAULT_VARIANT.into(),
-        received_at,
-        inference: false,
-        prompt_tokens: 0,
-        guard,
-    };
-    Ok(respond(state, proxied, upstream))
+    pass_through(state, Entry::Debug, replica, request, path, received_at).await
 }
 
 /// The replica a debug request names, and the path to send it (`None`: its own path).
@@ -298,12 +285,25 @@ async fn other(
     received_at: Instant,
 ) -> Result<Response<ProxyBody>, GatewayError> {
     let replica = state.picker.pick(None).ok_or(GatewayError::NoReplica)?;
+    pass_through(state, Entry::Short, replica, request, None, received_at).await
+}
+
+/// Sends a request the gateway does not interpret to `replica` through `entry`'s
+/// connections (to `path` if given) and streams the answer back, counted in flight.
+async fn pass_through(
+    state: &Arc<GatewayState>,
+    entry: Entry,
+    replica: Arc<Replica>,
+    request: Request<Incoming>,
+    path: Option<PathAndQuery>,
+    received_at: Instant,
+) -> Result<Response<ProxyBody>, GatewayError> {
     let guard = InFlightGuard::acquire(replica.clone(), 0);
-    let connector = state.connector(Entry::Short);
+    let connector = state.connector(entry);
     state.metrics.record_overhead("request", received_at);
-    let upstream = connector.send(&replica, request.map(boxed), None).await?;
+    let upstream = connector.send(&replica, request.map(boxed), path).await?;
     let proxied = Proxied {
-        entry: Entry::Short,
+        entry,
         strategy: connector.strategy(),
         variant: DEFAULT_VARIANT.into(),
         received_at,
