@@ -1,5 +1,6 @@
 //! The access log: one JSON line per request at target `laneway::access`, carrying the
-//! request id, entry, variant, replica, status, TTFT, tokens and duration.
+//! request id, entry, variant, replica, status, TTFT, tokens and duration; only when the
+//! config asks for it (`access_log = true`).
 
 mod gateway_support;
 
@@ -7,6 +8,7 @@ use std::io::Write;
 use std::sync::{Arc, OnceLock};
 
 use gateway_support::{chat_body, config_for, start_gateway, start_sims, url};
+use laneway::gateway::GatewayConfig;
 use tokio::sync::Mutex as AsyncMutex;
 use tracing_subscriber::fmt::MakeWriter;
 
@@ -52,6 +54,12 @@ fn access_lines() -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The access log is opt-in: these tests turn it on.
+fn with_access_log(mut config: GatewayConfig) -> GatewayConfig {
+    config.access_log = true;
+    config
+}
+
 /// Tests in this binary share the global subscriber; run them one at a time.
 static SERIAL: AsyncMutex<()> = AsyncMutex::const_new(());
 
@@ -60,7 +68,7 @@ async fn one_line_per_streamed_request_with_ttft_and_tokens() {
     let _serial = SERIAL.lock().await;
     captured();
     let sims = start_sims(1, 1).await;
-    let gateway = start_gateway(config_for(&sims)).await;
+    let gateway = start_gateway(with_access_log(config_for(&sims))).await;
     let response = reqwest::Client::new()
         .post(url(&gateway, "/v1/chat/completions"))
         .header("x-request-id", "access-stream-1")
@@ -96,7 +104,7 @@ async fn a_refused_request_gets_a_line_too() {
     let _serial = SERIAL.lock().await;
     captured();
     let sims = start_sims(1, 1).await;
-    let gateway = start_gateway(config_for(&sims)).await;
+    let gateway = start_gateway(with_access_log(config_for(&sims))).await;
     let response = reqwest::Client::new()
         .post(url(&gateway, "/v1/chat/completions"))
         .header("x-request-id", "access-bad-1")
@@ -113,5 +121,40 @@ async fn a_refused_request_gets_a_line_too() {
     assert_eq!(lines[0]["fields"]["status"], 400);
     assert_eq!(lines[0]["fields"]["replica"], "-");
     assert_eq!(lines[0]["fields"]["outcome"], "bad_request");
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn off_unless_the_config_asks() {
+    let _serial = SERIAL.lock().await;
+    captured();
+    let sims = start_sims(1, 1).await;
+    let config = config_for(&sims);
+    assert!(!config.access_log, "the access log is opt-in");
+    let gateway = start_gateway(config).await;
+    let client = reqwest::Client::new();
+    for id in ["access-off-1", "access-off-bad-1"] {
+        let body =
+            if id.contains("bad") { "{".to_string() } else { chat_body(10, 1, false).to_string() };
+        let response = client
+            .post(url(&gateway, "/v1/chat/completions"))
+            .header("x-request-id", id)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        // The id still comes back: only the line is opt-in.
+        assert_eq!(response.headers()["x-request-id"], id);
+        let _ = response.text().await.unwrap();
+    }
+    // A line is written before the body's last byte leaves the gateway, so none can be late.
+    let lines = access_lines();
+    assert!(
+        !lines.iter().any(|l| l["fields"]["request_id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("access-off"))),
+        "{lines:?}"
+    );
     gateway.shutdown().await;
 }

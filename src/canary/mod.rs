@@ -124,14 +124,13 @@ impl RecorderState {
         }
     }
 
-    fn record(&mut self, outcome: Outcome) {
+    fn record(&mut self, mut outcome: Outcome) {
         let now = Instant::now();
         let seed = self.settings.compare.seed.wrapping_add(self.series.len() as u64 * 1000);
         let window = self.settings.window;
-        let series = self
-            .series
-            .entry((outcome.entry.clone(), outcome.variant.clone()))
-            .or_insert_with(|| Series::new(window, seed, now));
+        // The series key takes the outcome's names: no copy per recorded request.
+        let key = (std::mem::take(&mut outcome.entry), std::mem::take(&mut outcome.variant));
+        let series = self.series.entry(key).or_insert_with(|| Series::new(window, seed, now));
         series.record(&outcome, &self.settings.slo, now);
     }
 

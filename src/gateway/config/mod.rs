@@ -100,6 +100,9 @@ pub struct GatewayConfig {
     pub connect_timeout: Duration,
     /// Longest wait for a replica's response headers.
     pub header_timeout: Duration,
+    /// One `laneway::access` line per request (`access_log = true`); off by default, as
+    /// formatting and writing a line per request is most of a tiny request's cost.
+    pub access_log: bool,
     pub short: EntryConfig,
     pub long: EntryConfig,
     pub debug: EntryConfig,

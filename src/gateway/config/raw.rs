@@ -15,6 +15,7 @@ pub struct RawConfig {
     pub drain_deadline_ms: Option<i64>,
     pub connect_timeout_ms: Option<i64>,
     pub header_timeout_ms: Option<i64>,
+    pub access_log: Option<bool>,
     #[serde(default)]
     pub classifier: RawClassifier,
     #[serde(default)]

@@ -160,6 +160,7 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
             600_000,
             86_400_000,
         )),
+        access_log: raw.access_log.unwrap_or(false),
         short: entry("entries.short", &raw.entries.short, Strategy::ForceClose, &pools, issues),
         long: entry("entries.long", &raw.entries.long, Strategy::KeepAlive, &pools, issues),
         debug: entry("entries.debug", &raw.entries.debug, Strategy::KeepAlive, &pools, issues),

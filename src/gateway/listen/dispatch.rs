@@ -37,15 +37,20 @@ pub async fn dispatch(
     mut request: Request<Incoming>,
 ) -> Response<ProxyBody> {
     let id = request_id::accept_or_create(request.headers_mut());
-    let access = AccessContext {
+    let span = tracing::info_span!("request", request_id = request_id::as_text(&id));
+    let access_log = state.config.access_log;
+    let access = access_log.then(|| AccessContext {
         request_id: request_id::as_text(&id).to_string(),
         method: request.method().to_string(),
         path: request.uri().path().to_string(),
         status: 0,
-    };
-    let span = tracing::info_span!("request", request_id = %access.request_id);
+    });
     let serve = serve_request(state, role, request).instrument(span);
-    let mut response = access_log::scope(access, serve).await;
+    let mut response = match access {
+        Some(access) => access_log::scope(access, serve).await,
+        // Without the access log the request needs no task-local context at all.
+        None => serve.await,
+    };
     response.headers_mut().insert(REQUEST_ID_HEADER, id);
     response
 }

@@ -78,7 +78,11 @@ pub async fn serve(
                 let live = live.clone();
                 let service = service_fn(move |request| {
                     let state = live.load_full();
-                    async move { Ok::<_, Infallible>(dispatch::dispatch(state, role, request).await) }
+                    // Boxed: the request's whole state machine is large, and hyper moves the
+                    // service's future by value (a profile showed the copies); a box moves
+                    // as one pointer.
+                    let serve = Box::pin(dispatch::dispatch(state, role, request));
+                    async move { Ok::<_, Infallible>(serve.await) }
                 });
                 if let Some(acceptor) = &tls {
                     // The handshake runs in the connection's task, not the accept loop.

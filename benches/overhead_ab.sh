@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# What two laneway builds add to tiny requests, side by side in one interleaved run.
+#
+#   benches/overhead_ab.sh BEFORE_BINARY AFTER_BINARY [SECONDS_PER_TARGET]
+#
+# Two simulated replicas (benches/peers/overhead-replica.toml) and the load generator share
+# core 0; every gateway is pinned to core 1 (only one is driven at a time: the rounds
+# interleave). Gateways: each binary with the short entry as `force_close` (the default)
+# and as `spread` (16 kept connections per replica). Runs the overhead mode open loop at
+# 5,000 req/s, then a saturation run over $AB_CONCURRENCY connections (default 32; the
+# simulated replicas' ~1 ms timer floor caps direct access near 16,000 req/s at 32).
+# Output: a table per run on stdout, JSON in $AB_OUT (default /tmp/overhead-ab).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+BEFORE="$1"
+AFTER="$2"
+SECONDS_PER_TARGET="${3:-6}"
+OUT="${AB_OUT:-/tmp/overhead-ab}"
+WORK="$(mktemp -d /tmp/overhead-ab.XXXXXX)"
+mkdir -p "$OUT"
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+PIDS=()
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]:-}"; do [[ -n "$pid" ]] && kill "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]:-}"; do [[ -n "$pid" ]] && wait "$pid" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+first_url() {
+    local file="$1" tries url
+    for ((tries = 0; tries < 150; tries++)); do
+        url="$(head -n1 "$file" 2>/dev/null | grep -o 'http://[0-9.:]*' || true)"
+        if [[ -n "$url" ]]; then echo "$url"; return 0; fi
+        sleep 0.2
+    done
+    echo "no listening line in $file" >&2
+    return 1
+}
+
+for id in r0 r1; do
+    taskset -c 0 "$AFTER" sim --port 0 --config "$ROOT/benches/peers/overhead-replica.toml" \
+        --api-workers 4 --id "$id" >"$WORK/sim-$id.out" 2>"$WORK/sim-$id.err" &
+    PIDS+=($!)
+done
+R0="$(first_url "$WORK/sim-r0.out")"
+R1="$(first_url "$WORK/sim-r1.out")"
+
+TARGETS=("direct=$R0,$R1")
+# start_gateway NAME BINARY STRATEGY
+start_gateway() {
+    local name="$1" binary="$2" strategy="$3" config="$WORK/$1.toml"
+    sed -e "s|@LISTEN@|127.0.0.1:0|" -e "s|@ADMIN@|127.0.0.1:0|" \
+        -e "s|@R0@|$R0|" -e "s|@R1@|$R1|" "$ROOT/benches/peers/laneway-tp8x2.toml" >"$config"
+    if [[ "$strategy" == spread ]]; then
+        sed -i 's|^strategy = "force_close"|strategy = "spread"\nspread_connections = 16|' "$config"
+    fi
+    taskset -c 1 "$binary" serve --config "$config" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+    PIDS+=($!)
+    TARGETS+=("$name=$(first_url "$WORK/$name.out")")
+}
+start_gateway before-spread "$BEFORE" spread
+start_gateway after-spread "$AFTER" spread
+start_gateway before-close "$BEFORE" force_close
+start_gateway after-close "$AFTER" force_close
+sleep 1
+
+run() {
+    local name="$1"
+    shift
+    taskset -c 0 "$AFTER" bench "${TARGETS[@]/#/--target=}" --workload tiny --quiet \
+        --rounds 2 --duration "$((SECONDS_PER_TARGET * 2))" --json "$OUT/$name.json" "$@"
+}
+echo "## open loop, 5,000 req/s"
+run open-5000 --rate 5000
+CONCURRENCY="${AB_CONCURRENCY:-32}"
+echo "## saturation, $CONCURRENCY connections"
+run "saturation-c$CONCURRENCY" --max-concurrency "$CONCURRENCY"
