@@ -6,7 +6,7 @@ mod gateway_support;
 use bytes::Bytes;
 use futures_util::future::join_all;
 use gateway_support::*;
-use laneway::gateway::{Entry, Strategy};
+use laneway::gateway::{Entry, GatewayHandle, Strategy};
 
 const WAVES: usize = 4;
 const PER_WAVE: usize = 8;
@@ -71,6 +71,27 @@ async fn spread_holds_a_fixed_set_of_connections() {
     gateway.shutdown().await;
 }
 
+/// Opens `count` streams through the gateway at once, holds them all, then ends them.
+async fn hold_streams(
+    client: &reqwest::Client,
+    gateway: &GatewayHandle,
+    stub: &mut StubReplica,
+    count: usize,
+) {
+    let mut held = Vec::new();
+    for _ in 0..count {
+        let request =
+            client.post(url(gateway, "/v1/chat/completions")).json(&chat_body(10, 2, true));
+        let (response, stream) = tokio::join!(request.send(), stub.streams.recv());
+        held.push((response.unwrap(), stream.unwrap()));
+    }
+    for (mut response, stream) in held {
+        stream.send(Bytes::from_static(b"data: [DONE]\n\n")).await.unwrap();
+        drop(stream);
+        while response.chunk().await.unwrap().is_some() {}
+    }
+}
+
 #[tokio::test]
 async fn spread_never_queues_behind_a_busy_connection() {
     let mut stub = start_stub().await;
@@ -79,20 +100,9 @@ async fn spread_never_queues_behind_a_busy_connection() {
     config.short.spread_connections = 2;
     let gateway = start_gateway(config).await;
     let client = reqwest::Client::new();
-    // Five streams held open at once: two on the spread connections, three on one-off ones.
-    let mut held = Vec::new();
-    for _ in 0..5 {
-        let request =
-            client.post(url(&gateway, "/v1/chat/completions")).json(&chat_body(10, 2, true));
-        let (response, stream) = tokio::join!(request.send(), stub.streams.recv());
-        held.push((response.unwrap(), stream.unwrap()));
-    }
+    // Five streams held open at once: two on the spread connections, three on spares.
+    hold_streams(&client, &gateway, &mut stub, 5).await;
     assert_eq!(stub.peers.len(), 5);
-    for (mut response, stream) in held {
-        stream.send(Bytes::from_static(b"data: [DONE]\n\n")).await.unwrap();
-        drop(stream);
-        while response.chunk().await.unwrap().is_some() {}
-    }
     // Afterwards the two spread connections serve everything, in turn.
     for _ in 0..4 {
         let request =
@@ -102,5 +112,14 @@ async fn spread_never_queues_behind_a_busy_connection() {
         response.unwrap().bytes().await.unwrap();
     }
     assert_eq!(stub.peers.len(), 5, "no connection beyond the held ones was opened");
+    // The next burst of the same size reuses the spares.
+    hold_streams(&client, &gateway, &mut stub, 5).await;
+    assert_eq!(stub.peers.len(), 5, "the spares were kept");
+    // Two rotated and six spares are kept at most: a ninth stream gets a one-off connection
+    // (three new spares and the one-off), and a later burst of nine opens only a one-off.
+    hold_streams(&client, &gateway, &mut stub, 9).await;
+    assert_eq!(stub.peers.len(), 9);
+    hold_streams(&client, &gateway, &mut stub, 9).await;
+    assert_eq!(stub.peers.len(), 10, "only the one-off connection is new");
     gateway.shutdown().await;
 }

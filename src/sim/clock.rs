@@ -46,11 +46,21 @@ impl SimClock {
         self.origin + Duration::from_nanos((at.0 as f64 / self.speed) as u64)
     }
 
-    /// Sleeps until simulated time `at` (returns at once if it has passed).
+    /// Sleeps until simulated time `at` (returns at once if it has passed). A wait shorter
+    /// than [`SLEEP_FLOOR`] only yields: tokio's timer rounds every sleep up to its next
+    /// 1 ms tick, which would turn a microsecond step into a millisecond one.
     pub async fn sleep_until(&self, at: SimTime) {
-        tokio::time::sleep_until(self.wall_instant(at)).await;
+        let wall = self.wall_instant(at);
+        if wall.saturating_duration_since(Instant::now()) < SLEEP_FLOOR {
+            tokio::task::yield_now().await;
+            return;
+        }
+        tokio::time::sleep_until(wall).await;
     }
 }
+
+/// Waits shorter than this are not slept (see [`SimClock::sleep_until`]).
+pub const SLEEP_FLOOR: Duration = Duration::from_micros(50);
 
 #[cfg(test)]
 mod tests {

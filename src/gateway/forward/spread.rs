@@ -1,7 +1,10 @@
 //! `spread`: a fixed set of N connections per replica, used in turn, so that requests land
 //! on up to N API-server processes without a handshake each. A connection still streaming
-//! a response is skipped; when all N are busy the request gets a one-off connection rather
-//! than queue behind a stream.
+//! a response is skipped, never queued behind. When all N are busy the request takes a
+//! spare: up to `SPARES_PER_CONNECTION * N` further connections, opened by such bursts and
+//! kept for the next one (a connect and a close per request cost the gateway a quarter of
+//! its CPU at saturation). Only when every spare is busy too does a request get a one-off
+//! connection.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -17,12 +20,27 @@ use super::{force_close, upstream_error};
 use crate::gateway::body::ProxyBody;
 use crate::gateway::error::GatewayError;
 
+/// Spare connections a replica may keep per rotated connection.
+const SPARES_PER_CONNECTION: usize = 3;
+
 /// One replica's connections.
 struct SpreadPool {
     // A tokio mutex per slot, only ever `try_lock`ed or held across its own reconnect: a
-    // busy slot is skipped, never waited for.
+    // busy slot is skipped, never waited for. The first `rotated` slots are used in turn,
+    // the spares after them in order.
     slots: Vec<Mutex<Option<SendRequest<ProxyBody>>>>,
+    rotated: usize,
     next: AtomicUsize,
+}
+
+impl SpreadPool {
+    /// Slot indices in the order a request tries them: the rotated ones from the next in
+    /// turn, then the spares.
+    fn try_order(&self) -> impl Iterator<Item = usize> + use<> {
+        let (rotated, total) = (self.rotated, self.slots.len());
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        (0..rotated).map(move |turn| (start + turn) % rotated).chain(rotated..total)
+    }
 }
 
 /// The spread connections of one entry, per replica.
@@ -30,7 +48,7 @@ pub struct Spread {
     pools: DashMap<String, Arc<SpreadPool>>,
     connections: usize,
     connect_timeout: Duration,
-    /// Requests that found every slot busy and used a one-off connection.
+    /// Requests that found every slot, spares included, busy and used a one-off connection.
     pub overflow_requests: AtomicU64,
 }
 
@@ -51,8 +69,10 @@ impl Spread {
         self.pools
             .entry(replica.to_string())
             .or_insert_with(|| {
+                let total = self.connections * (1 + SPARES_PER_CONNECTION);
                 Arc::new(SpreadPool {
-                    slots: (0..self.connections).map(|_| Mutex::new(None)).collect(),
+                    slots: (0..total).map(|_| Mutex::new(None)).collect(),
+                    rotated: self.connections,
                     next: AtomicUsize::new(0),
                 })
             })
@@ -67,10 +87,8 @@ impl Spread {
         request: Request<ProxyBody>,
     ) -> Result<Response<Incoming>, GatewayError> {
         let pool = self.pool(replica);
-        let count = pool.slots.len();
-        let start = pool.next.fetch_add(1, Ordering::Relaxed);
-        for turn in 0..count {
-            let Ok(mut slot) = pool.slots[(start + turn) % count].try_lock() else {
+        for index in pool.try_order() {
+            let Ok(mut slot) = pool.slots[index].try_lock() else {
                 continue;
             };
             let sender = match slot.as_mut() {
