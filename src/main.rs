@@ -25,7 +25,7 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     laneway::telemetry::init_logging(cli.log_json);
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = runtime()?;
     runtime.block_on(async move {
         match cli.command {
             None => laneway::gateway::run(laneway::gateway::ServeArgs::default()).await,
@@ -34,4 +34,15 @@ fn main() -> anyhow::Result<()> {
             Some(Command::Bench(args)) => laneway::bench::run(args).await,
         }
     })
+}
+
+/// One core (a pinned process, a one-CPU container) gets tokio's single-threaded scheduler:
+/// with one worker, work stealing only costs atomics and cross-thread wakeups.
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores == 1 {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread().enable_all().build()
+    }
 }
