@@ -65,8 +65,24 @@ cleanup() {
         [[ -n "$pid" ]] && wait "$pid" 2>/dev/null || true
     done
     PIDS=()
+    TARGET_PIDS=()
 }
 trap 'cleanup; rm -rf "$WORK"' EXIT
+
+# CPU accounting: every proxy's PID by target name, so that each case reports the CPU
+# time each proxy spent on it, per successful request (the honest capacity figure on a
+# machine whose load generator saturates before a proxy does).
+declare -A TARGET_PIDS=()
+
+# tree_ticks PID: user + system clock ticks of PID and its live descendants.
+tree_ticks() {
+    local pid="$1" total child
+    total="$(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0)"
+    for child in $(pgrep -P "$pid" 2>/dev/null); do
+        total=$((total + $(tree_ticks "$child")))
+    done
+    echo "$total"
+}
 
 log() { printf '[peers %4ds] %s\n' "$((SECONDS - STARTED_AT))" "$*" >&2; }
 
@@ -155,6 +171,7 @@ start_laneway() {
     PIDS+=("$LANEWAY_PID")
     if wait_http "http://127.0.0.1:$admin/health" 30; then
         TARGETS+=("$name=http://127.0.0.1:$port")
+        TARGET_PIDS[$name]="$LANEWAY_PID"
     else
         log "laneway did not start; see below and $PEERS_DIR/laneway-tp8x2.toml"
         tail -n 5 "$WORK/laneway.err" >&2 || true
@@ -181,6 +198,7 @@ start_haproxy() {
     PIDS+=($!)
     if wait_http "http://127.0.0.1:$port/health" 10; then
         TARGETS+=("$name=http://127.0.0.1:$port")
+        TARGET_PIDS[$name]="${PIDS[-1]}"
     else
         log "$name did not start"; tail -n 5 "$WORK/$name.out" >&2 || true
     fi
@@ -204,6 +222,7 @@ start_router() {
     PIDS+=($!)
     if wait_http "http://127.0.0.1:$port/health" 60; then
         TARGETS+=("$name=http://127.0.0.1:$port")
+        TARGET_PIDS[$name]="${PIDS[-1]}"
     else
         log "$name did not start"; tail -n 5 "$WORK/$name.out" >&2 || true
     fi
@@ -242,7 +261,9 @@ bench() {
     local case_name="$1"
     shift
     log "case $case_name: laneway bench $*"
-    local table
+    local table name
+    declare -A ticks_before=()
+    for name in "${!TARGET_PIDS[@]}"; do ticks_before[$name]="$(tree_ticks "${TARGET_PIDS[$name]}")"; done
     table="$("${PIN_FLEET[@]}" "$LANEWAY" bench --quiet --target "${TARGETS[@]}" "$@" \
         --json "$OUT/$case_name.json" --plot "$OUT/charts/$case_name" --timeout 900)"
     {
@@ -261,6 +282,18 @@ bench() {
         echo "Charts: ${links[*]:-none}. Every request: \`$case_name.json.xz\`."
         echo
     } >>"$OUT/results.md"
+    {
+        echo "{"
+        local first=1
+        for name in "${!TARGET_PIDS[@]}"; do
+            [[ $first -eq 1 ]] || echo ","
+            first=0
+            echo "\"$name\": $(( $(tree_ticks "${TARGET_PIDS[$name]}") - ${ticks_before[$name]} ))"
+        done
+        echo "}"
+    } >"$OUT/$case_name.cpu.json"
+    python3 "$PEERS_DIR/verdict.py" cpu "$OUT/$case_name.json" "$OUT/$case_name.cpu.json" "$(getconf CLK_TCK)" \
+        | tee -a "$OUT/results.md"
     # Every request of an overhead run is some 70 MB of JSON; xz keeps a few percent of it.
     xz -T2 -f "$OUT/$case_name.json"
     echo "$table"

@@ -4,6 +4,13 @@ the issue's targets, printing a Markdown section for results.md.
 
   verdict.py targets OUT_DIR
   verdict.py streams STREAMS_JSON IDLE_RSS_KB PEAK_RSS_KB STREAMS
+  verdict.py cpu CASE_JSON CPU_JSON CLOCK_TICKS_PER_SECOND
+
+Capacity: on this machine the load generator and the simulated fleet saturate their core
+before a proxy saturates its own, so requests per second at a fixed concurrency measure
+added latency, not capacity. Capacity is read from CPU time instead: each proxy's user +
+system CPU over a case (peers.sh records it per process tree), divided into its successful
+requests, gives requests per CPU-second on its one pinned core.
 
 Noise: targets are measured in interleaved rounds; for a figure compared between laneway
 and a peer, the noise band is the larger of 5% and the relative spread (max - min over
@@ -135,6 +142,19 @@ def overhead_case(out, lines):
                 f"- Overhead run through `{ours}`: {mine['failures']} failures of {mine['requests']} "
                 f"{dict(mine['failures_by_kind'])}, {mine['successes'] / max(mine['elapsed_s'], 1e-9):.0f} ok req/s"
             )
+    capacity = cpu_capacity(out, "overhead-5000rps")
+    per_cpu_second = {name: ok / seconds for name, (seconds, ok) in capacity.items() if seconds > 0}
+    for ours in ("laneway", "laneway-spread"):
+        if ours not in per_cpu_second:
+            continue
+        mine = per_cpu_second[ours]
+        for peer, factor in (("haproxy-rr-nd", 1), ("sglang-round-robin", 2), ("vllm-round-robin", 2)):
+            if peer in per_cpu_second:
+                theirs = per_cpu_second[peer]
+                lines.append(
+                    f"- Capacity (ok requests per CPU-second at 5,000 req/s), `{ours}` at least {factor}x "
+                    f"`{peer}`: {mine:.0f} vs {theirs:.0f} = {mine / theirs:.2f}x: {mark(mine >= factor * theirs)}"
+                )
     path = os.path.join(out, "saturation-c32.json")
     if exists(path):
         targets = by_name(load(path))
@@ -150,9 +170,46 @@ def overhead_case(out, lines):
                 if peer in targets:
                     theirs = rate(peer)
                     lines.append(
-                        f"- Saturation, `{ours}` at least {factor}x `{peer}`: {mine:.0f} vs {theirs:.0f} "
+                        f"- Throughput at 32 connections (bounded by the load side), `{ours}` at least {factor}x `{peer}`: {mine:.0f} vs {theirs:.0f} "
                         f"req/s = {mine / theirs:.2f}x: {mark(mine >= factor * theirs)}"
                     )
+
+
+def cpu_capacity(out, case):
+    """{target: (cpu seconds, ok requests)} for a case, if its CPU record exists."""
+    cpu_path = os.path.join(out, case + ".cpu.json")
+    if not os.path.exists(cpu_path) or not exists(os.path.join(out, case + ".json")):
+        return {}
+    with open(cpu_path) as handle:
+        ticks = json.load(handle)
+    per_second = float(ticks.pop("_ticks_per_second", 100))
+    targets = by_name(load(os.path.join(out, case + ".json")))
+    return {
+        name: (count / per_second, targets[name]["summary"]["successes"])
+        for name, count in ticks.items()
+        if name in targets
+    }
+
+
+def cpu_mode(case_json, cpu_json, ticks_per_second):
+    with open(cpu_json) as handle:
+        ticks = json.load(handle)
+    ticks["_ticks_per_second"] = float(ticks_per_second)
+    with open(cpu_json, "w") as handle:
+        json.dump(ticks, handle)
+    out = os.path.dirname(case_json)
+    case = os.path.basename(case_json)[: -len(".json")]
+    rows = cpu_capacity(out, case)
+    if not rows:
+        return
+    print("CPU per proxy (user + system, its process tree):\n")
+    print("| target | CPU s | ok requests | CPU us per ok request | ok requests per CPU-second |")
+    print("|---|---:|---:|---:|---:|")
+    for name, (seconds, ok) in rows.items():
+        per_request = seconds * 1e6 / ok if ok else float("nan")
+        per_cpu_second = ok / seconds if seconds else float("inf")
+        print(f"| {name} | {seconds:.2f} | {ok} | {per_request:.1f} | {per_cpu_second:.0f} |")
+    print()
 
 
 def targets_mode(out):
@@ -206,5 +263,7 @@ if __name__ == "__main__":
         targets_mode(sys.argv[2])
     elif sys.argv[1:2] == ["streams"]:
         streams_mode(*sys.argv[2:6])
+    elif sys.argv[1:2] == ["cpu"]:
+        cpu_mode(*sys.argv[2:5])
     else:
         sys.exit(__doc__)
