@@ -115,6 +115,7 @@ impl DnsDiscovery {
                 authority: addr.to_string(),
                 // DNS says nothing about nodes: each address is its own fault domain.
                 node: addr.ip().to_string(),
+                tls: false,
             })
             .collect())
     }

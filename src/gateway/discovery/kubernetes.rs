@@ -299,7 +299,8 @@ fn replicas_of(list: &SliceList, port_name: Option<&str>) -> Vec<ReplicaConfig> 
                     name = authority.clone();
                 }
                 let node = endpoint.node_name.clone().unwrap_or_else(|| name.clone());
-                replicas.push(ReplicaConfig { name, authority, node });
+                // Pods are reached by IP over plain HTTP (see docs/upstream-tls.md).
+                replicas.push(ReplicaConfig { name, authority, node, tls: false });
             }
         }
     }
