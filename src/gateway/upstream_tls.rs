@@ -170,7 +170,9 @@ impl UpstreamTls {
         let connected = self.direct.connect(server_name.clone(), tcp).await;
         match &connected {
             Ok(_) => self.note_success(authority),
-            Err(error) => self.note_failure(authority, error),
+            Err(error) => {
+                self.note_failure(authority, error);
+            }
         }
         connected
     }
@@ -187,14 +189,16 @@ impl UpstreamTls {
             .wrap_connector(http)
     }
 
-    /// Logs `error` for `authority` unless the same reason was logged last.
-    pub fn note_failure(&self, authority: &str, error: &dyn std::fmt::Display) {
+    /// Logs `error` for `authority` unless the same reason was logged last; whether it
+    /// logged.
+    pub fn note_failure(&self, authority: &str, error: &dyn std::fmt::Display) -> bool {
         let reason = error.to_string();
         if self.logged_failures.get(authority).is_some_and(|logged| *logged == reason) {
-            return;
+            return false;
         }
         tracing::warn!(replica = authority, %reason, "TLS to replica failed");
         self.logged_failures.insert(authority.to_string(), reason);
+        true
     }
 
     /// A handshake to `authority` succeeded: its next failure is logged again.
@@ -276,6 +280,21 @@ mod tests {
         assert_eq!(server_name("replica.example:8443").unwrap().to_str(), "replica.example");
         assert_eq!(server_name("10.0.0.1:443").unwrap().to_str(), "10.0.0.1");
         assert_eq!(server_name("[::1]:443").unwrap().to_str(), "::1");
+    }
+
+    #[test]
+    fn a_failure_is_logged_once_per_reason_until_a_handshake_succeeds() {
+        let tls = UpstreamTls::unavailable();
+        let logged: Vec<bool> = [
+            tls.note_failure("a:1", &"unknown issuer"),
+            tls.note_failure("a:1", &"unknown issuer"),
+            tls.note_failure("b:1", &"unknown issuer"),
+            tls.note_failure("a:1", &"expired"),
+        ]
+        .into();
+        assert_eq!(logged, [true, false, true, true]);
+        tls.note_success("a:1");
+        assert!(tls.note_failure("a:1", &"expired"));
     }
 
     #[test]

@@ -12,7 +12,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper_util::rt::TokioIo;
-use rustls::RootCertStore;
 use rustls_pki_types::ServerName;
 use serde::Deserialize;
 use tokio::net::TcpStream;
@@ -21,7 +20,7 @@ use tokio::task::JoinHandle;
 
 use super::{Discovered, Source};
 use crate::gateway::config::ReplicaConfig;
-use crate::gateway::tls::read_certs;
+use crate::gateway::upstream_tls;
 
 const SERVICE_ACCOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// Largest EndpointSlice list read.
@@ -176,22 +175,15 @@ impl KubernetesDiscovery {
         Ok(body.collect().await.map_err(|e| KubernetesError::Body(e.to_string()))?.to_bytes())
     }
 
+    /// The upstream TLS client's pieces: the CA file's roots, else the system's.
     fn tls_connector(&self) -> Result<tokio_rustls::TlsConnector, KubernetesError> {
-        let mut roots = RootCertStore::empty();
-        match &self.ca_file {
-            Some(ca) => {
-                for cert in read_certs(ca).map_err(|e| KubernetesError::Tls(e.to_string()))? {
-                    roots.add(cert).map_err(|e| KubernetesError::Tls(e.to_string()))?;
-                }
-            }
-            None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| KubernetesError::Tls(e.to_string()))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let tls_error =
+            |error: upstream_tls::UpstreamTlsError| KubernetesError::Tls(error.to_string());
+        let roots = match &self.ca_file {
+            Some(ca) => upstream_tls::roots_from_file(ca).map_err(tls_error)?,
+            None => upstream_tls::system_roots(),
+        };
+        let config = upstream_tls::client_config(roots, None).map_err(tls_error)?;
         Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
     }
 }

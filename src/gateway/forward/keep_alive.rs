@@ -46,15 +46,20 @@ impl KeepAlive {
     ) -> Result<Response<Incoming>, GatewayError> {
         let result = match upstream.tls {
             None => self.client.request(request).await,
-            Some((tls, _)) => {
-                let result = self.tls_client.request(request).await;
-                if let Err(error) = &result
-                    && error.is_connect()
-                {
-                    tls.note_failure(upstream.authority, &chain(error));
+            Some((tls, _)) => match self.tls_client.request(request).await {
+                Ok(response) => {
+                    tls.note_success(upstream.authority);
+                    Ok(response)
                 }
-                result
-            }
+                Err(error) if error.is_connect() => {
+                    // hyper-util's error says only "Connect": name the TLS reason under it.
+                    let reason = chain(&error);
+                    tls.note_failure(upstream.authority, &reason);
+                    let replica = upstream.name.to_string();
+                    return Err(GatewayError::UpstreamConnect { replica, source: reason.into() });
+                }
+                Err(error) => Err(error),
+            },
         };
         result.map_err(|error| {
             let replica = upstream.name.to_string();
