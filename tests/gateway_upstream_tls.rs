@@ -96,6 +96,10 @@ async fn every_strategy_streams_from_an_https_replica_and_checks_it_over_tls() {
         assert_eq!(listed["url"], format!("https://{}", front.addr));
         assert!(listed["scrape_age_seconds"].is_number(), "{listed}");
         assert_eq!(gateway.replica_failures("tls-0"), 0);
+        // The debug entry reaches the named replica over TLS as well.
+        let debug = reqwest::get(url(&gateway, "/debug/tls-0/metrics")).await.unwrap();
+        assert_eq!(debug.status(), 200, "{strategy}");
+        assert!(debug.text().await.unwrap().contains("vllm:num_requests_waiting"));
         gateway.shutdown().await;
     }
     assert_eq!(sims[0].stats().requests_total, 3);
@@ -134,6 +138,27 @@ async fn an_untrusted_replica_certificate_is_a_502_and_a_connect_failure() {
     }
     assert_eq!(sims[0].stats().requests_total, 0, "nothing passed an untrusted handshake");
     assert!(front.refused() >= 3);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_certificate_for_another_name_is_refused() {
+    let dir = temp_dir("misnamed");
+    let ca = TestCa::new(&dir, "replica-ca");
+    // Signed by the trusted CA, but for a name the replica URL does not hold.
+    let server = ca.issue(&dir, "replica", &["replica.example", "10.9.9.9"]);
+    let sims = start_sims(1, 1).await;
+    let front = start_front(sims[0].addr(), &server, None).await;
+    let trusted = UpstreamTlsConfig { ca: Some(ca.pem.clone()), client: None };
+    let mut config = gateway_config(front.addr, Strategy::ForceClose, trusted);
+    config.reliability.health.unhealthy_threshold = 100;
+    config.reliability.health.consecutive_failures = 100;
+    let gateway = start_gateway(config).await;
+    let (status, body) = stream_chat(&gateway).await;
+    assert_eq!(status, 502, "{body}");
+    assert!(body.contains("not valid for name"), "{body}");
+    assert_eq!(sims[0].stats().requests_total, 0);
+    gateway.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }
 
