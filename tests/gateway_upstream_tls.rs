@@ -6,10 +6,13 @@ mod gateway_support;
 mod upstream_tls_support;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
 use gateway_support::*;
 use laneway::gateway::config::ReplicaConfig;
+use laneway::gateway::discovery::{DnsDiscovery, Resolver};
 use laneway::gateway::upstream_tls::{ClientIdentity, UpstreamTlsConfig};
 use laneway::gateway::{Entry, GatewayConfig, GatewayHandle, Strategy};
 use upstream_tls_support::{TestCa, start_front, temp_dir};
@@ -230,6 +233,45 @@ async fn a_config_reload_reads_the_ca_file_again() {
     let (status, body) = stream_chat(&gateway).await;
     assert_eq!(status, 200, "after the reload: {body}");
     assert_eq!(sims[0].stats().requests_total, 1);
+    gateway.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Answers every lookup with one address.
+struct FixedResolver(SocketAddr);
+
+impl Resolver for FixedResolver {
+    fn resolve<'a>(
+        &'a self,
+        _name: &'a str,
+        _port: u16,
+    ) -> BoxFuture<'a, std::io::Result<Vec<SocketAddr>>> {
+        let addr = self.0;
+        Box::pin(async move { Ok(vec![addr]) })
+    }
+}
+
+#[tokio::test]
+async fn dns_discovery_with_https_reaches_replicas_over_tls() {
+    let dir = temp_dir("dns");
+    let ca = TestCa::new(&dir, "replica-ca");
+    let server = ca.issue(&dir, "replica", &["127.0.0.1"]);
+    let sims = start_sims(1, 1).await;
+    let front = start_front(sims[0].addr(), &server, None).await;
+    let mut config = loopback_config(Vec::new());
+    config.upstream_tls = UpstreamTlsConfig { ca: Some(ca.pem.clone()), client: None };
+    let mut dns = DnsDiscovery::new("replicas.test", 8443, Duration::from_millis(20));
+    dns.https = true;
+    dns.resolver = Arc::new(FixedResolver(front.addr));
+    config.discovery.dns = Some(dns);
+    let gateway = start_gateway(config).await;
+    wait_until("the discovered replica", || gateway.replica_names().len() == 1).await;
+    let (status, body) = stream_chat(&gateway).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(sims[0].stats().requests_total, 1);
+    assert!(front.handshakes() >= 1);
+    let view = admin_json(&gateway, "/admin/replicas").await;
+    assert_eq!(view["replicas"][0]["url"], format!("https://{}", front.addr));
     gateway.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }

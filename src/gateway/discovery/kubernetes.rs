@@ -41,6 +41,9 @@ pub struct RawKubernetes {
     /// CA bundle for an `https` API; default the service-account CA, else public roots.
     pub ca_file: Option<String>,
     pub interval_ms: Option<u64>,
+    /// Reach the pods over TLS (`[upstream_tls]`); their certificates must name the pod
+    /// IP (an IP SAN). Not to be confused with the API server's own scheme in `api`.
+    pub replica_https: Option<bool>,
 }
 
 /// A validated Kubernetes source.
@@ -53,6 +56,8 @@ pub struct KubernetesDiscovery {
     pub token_file: Option<PathBuf>,
     pub ca_file: Option<PathBuf>,
     pub interval: Duration,
+    /// `replica_https = true`: TLS to each pod, verified against its IP.
+    pub replica_https: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -117,6 +122,7 @@ impl KubernetesDiscovery {
                 token_file,
                 ca_file,
                 interval: Duration::from_millis(interval_ms),
+                replica_https: raw.replica_https.unwrap_or(false),
             }),
             _ => Err(issues),
         }
@@ -135,7 +141,11 @@ impl KubernetesDiscovery {
     pub async fn discover(&self) -> Result<Vec<ReplicaConfig>, KubernetesError> {
         let body = self.get(&self.list_path()).await?;
         let list: SliceList = serde_json::from_slice(&body)?;
-        Ok(replicas_of(&list, self.port_name.as_deref()))
+        let mut replicas = replicas_of(&list, self.port_name.as_deref());
+        for replica in &mut replicas {
+            replica.tls = self.replica_https;
+        }
+        Ok(replicas)
     }
 
     async fn get(&self, path: &str) -> Result<Bytes, KubernetesError> {
@@ -291,7 +301,7 @@ fn replicas_of(list: &SliceList, port_name: Option<&str>) -> Vec<ReplicaConfig> 
                     name = authority.clone();
                 }
                 let node = endpoint.node_name.clone().unwrap_or_else(|| name.clone());
-                // Pods are reached by IP over plain HTTP (see docs/upstream-tls.md).
+                // `replica_https` is applied by the caller.
                 replicas.push(ReplicaConfig { name, authority, node, tls: false });
             }
         }
@@ -351,6 +361,7 @@ mod tests {
             token_file: None,
             ca_file: None,
             interval_ms: None,
+            replica_https: None,
         };
         let source = KubernetesDiscovery::from_raw(&raw).unwrap();
         assert_eq!(
