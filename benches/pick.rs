@@ -17,6 +17,7 @@ fn picker(replicas: usize, policy: PolicyKind) -> Arc<Picker> {
             name: format!("r{i}"),
             authority: format!("10.0.{}.{}:8000", i / 256, i % 256),
             node: format!("n{}", i / 2),
+            tls: false,
         })
         .collect();
     let mut config = GatewayConfig::with_replicas(replicas);

@@ -23,6 +23,7 @@ pub async fn start_replicas() -> anyhow::Result<(Vec<SimHandle>, Vec<ReplicaConf
             name,
             authority: handle.addr().to_string(),
             node: format!("node-{}", index / 2),
+            tls: false,
         });
         handles.push(handle);
     }

@@ -25,6 +25,7 @@ pub mod reload;
 pub mod request_id;
 pub mod state;
 pub mod tls;
+pub mod upstream_tls;
 pub mod variants;
 
 use std::collections::HashMap;
@@ -226,6 +227,7 @@ pub async fn spawn(config: GatewayConfig) -> anyhow::Result<GatewayHandle> {
             state.config.replicas.clone(),
             &state.config.discovery,
             state.config.scrape_interval,
+            state.upstream_tls.clone(),
         )
     });
     let health_checks = health::active::spawn(live.clone());
@@ -315,7 +317,8 @@ fn print_banner(gateway: &GatewayHandle, demo: bool) {
     }
     for replica in gateway.state().picker.snapshot().iter() {
         let kind = if demo { "simulated h20-tp4 replica" } else { "replica" };
-        println!("{kind} {} at http://{} (node {})", replica.name, replica.authority, replica.node);
+        let (name, scheme, authority) = (&replica.name, replica.scheme(), &replica.authority);
+        println!("{kind} {name} at {scheme}://{authority} (node {})", replica.node);
     }
     println!("try:");
     println!(

@@ -105,7 +105,7 @@ pub fn rebuild(previous: &GatewayState, config: GatewayConfig) -> GatewayState {
         .iter()
         .map(|wanted| {
             old.iter()
-                .find(|r| r.name == wanted.name && r.authority == wanted.authority)
+                .find(|r| r.is(wanted))
                 .cloned()
                 .unwrap_or_else(|| Arc::new(Replica::new(wanted)))
         })
@@ -133,7 +133,8 @@ fn forget_removed(previous: &GatewayState, next: &GatewayState) {
 
 fn spawn_scrapers(state: &GatewayState) -> Vec<JoinHandle<()>> {
     let replicas = state.picker.snapshot();
-    scrape::spawn_scrapers(&replicas, state.picker.epoch, state.config.scrape_interval)
+    let interval = state.config.scrape_interval;
+    scrape::spawn_scrapers(&replicas, state.picker.epoch, interval, &state.upstream_tls)
 }
 
 fn warn_fixed_settings(old: &GatewayConfig, new: &GatewayConfig) {

@@ -17,6 +17,7 @@ use crate::gateway::forward::retry::RetryBudget;
 use crate::gateway::health::{HealthTracker, ReliabilityMetrics};
 use crate::gateway::observe::GatewayMetrics;
 use crate::gateway::pick::Picker;
+use crate::gateway::upstream_tls::UpstreamTls;
 use crate::gateway::variants::Variants;
 
 /// The parts that outlive a reload: counters, queues and budgets must not restart at zero.
@@ -65,6 +66,9 @@ pub struct GatewayState {
     pub variants: Variants,
     pub health: Arc<HealthTracker>,
     pub shared: Shared,
+    /// TLS to https replicas, read from `[upstream_tls]` when this state was built (so a
+    /// reload reads the files again); shared by the connectors, scrapers and checks.
+    pub upstream_tls: Arc<UpstreamTls>,
     short: Connector,
     long: Connector,
     debug: Connector,
@@ -83,15 +87,21 @@ impl GatewayState {
 
     /// Builds a state around `picker`, reusing `shared`.
     pub fn with_shared(config: GatewayConfig, picker: Arc<Picker>, shared: Shared) -> Self {
+        let upstream_tls = Arc::new(UpstreamTls::load_or_unavailable(&config.upstream_tls));
         let connector = |entry| {
-            Connector::new(config.entry(entry), config.connect_timeout, config.header_timeout)
+            Connector::new(
+                config.entry(entry),
+                config.connect_timeout,
+                config.header_timeout,
+                upstream_tls.clone(),
+            )
         };
         let health = Arc::new(HealthTracker::new(
             picker.clone(),
             config.reliability.health.clone(),
             shared.reliability_metrics.clone(),
         ));
-        let variants = Variants::new(&config);
+        let variants = Variants::new(&config, &upstream_tls);
         shared.canary.set_layout(variants.layout());
         Self {
             picker,
@@ -102,6 +112,7 @@ impl GatewayState {
             short: connector(Entry::Short),
             long: connector(Entry::Long),
             debug: connector(Entry::Debug),
+            upstream_tls,
             config,
         }
     }

@@ -15,6 +15,7 @@ use crate::gateway::entry::{Entry, Strategy};
 use crate::gateway::forward::Connector;
 use crate::gateway::observe::GatewayMetrics;
 use crate::gateway::pick::{Picker, Policy, Replica, new_policy};
+use crate::gateway::upstream_tls::UpstreamTls;
 
 /// The header a request id is read from when no sticky header is configured or present.
 pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
@@ -64,7 +65,12 @@ pub struct EntryVariants {
 }
 
 impl EntryVariants {
-    fn new(entry: Entry, config: &EntryConfig, gateway: &GatewayConfig) -> Self {
+    fn new(
+        entry: Entry,
+        config: &EntryConfig,
+        gateway: &GatewayConfig,
+        tls: &Arc<UpstreamTls>,
+    ) -> Self {
         let configured = config.effective_variants();
         let table = configured
             .iter()
@@ -85,6 +91,7 @@ impl EntryVariants {
                         &connection,
                         gateway.connect_timeout,
                         gateway.header_timeout,
+                        tls.clone(),
                     ),
                 }
             })
@@ -128,9 +135,9 @@ pub struct Variants {
 }
 
 impl Variants {
-    pub fn new(config: &GatewayConfig) -> Self {
+    pub fn new(config: &GatewayConfig, tls: &Arc<UpstreamTls>) -> Self {
         let entries =
-            Entry::ALL.map(|entry| EntryVariants::new(entry, config.entry(entry), config));
+            Entry::ALL.map(|entry| EntryVariants::new(entry, config.entry(entry), config, tls));
         Self {
             entries,
             sticky_header: config.canary.sticky_header.clone(),
@@ -202,6 +209,7 @@ mod tests {
             name: "r0".into(),
             authority: "127.0.0.1:1".into(),
             node: "n".into(),
+            tls: false,
         }];
         let mut config = GatewayConfig::with_replicas(replicas);
         config.canary.sticky_header = Some(HeaderName::from_static("x-user-id"));
@@ -227,7 +235,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_sticky_header_wins_then_the_request_id_then_a_counter() {
-        let variants = Variants::new(&config());
+        let variants = Variants::new(&config(), &Arc::new(UpstreamTls::unavailable()));
         let both = headers(&[("x-user-id", "alice"), ("x-request-id", "req-1")]);
         assert_eq!(variants.sticky_key(&both), b"alice");
         assert_eq!(variants.sticky_key(&headers(&[("x-request-id", "req-1")])), b"req-1");
@@ -242,7 +250,7 @@ mod tests {
 
     #[tokio::test]
     async fn weights_change_all_or_nothing() {
-        let variants = Variants::new(&config());
+        let variants = Variants::new(&config(), &Arc::new(UpstreamTls::unavailable()));
         let short = variants.of(Entry::Short);
         short.set_weights(&HashMap::from([("b".to_string(), 0)])).unwrap();
         assert!((0..200).all(|n| short.assign(format!("{n}").as_bytes()) == 0));

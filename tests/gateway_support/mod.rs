@@ -35,7 +35,12 @@ pub async fn start_sims(count: usize, api_workers: usize) -> Vec<SimHandle> {
 }
 
 pub fn replica(name: &str, addr: SocketAddr) -> ReplicaConfig {
-    ReplicaConfig { name: name.into(), authority: addr.to_string(), node: format!("node-{name}") }
+    ReplicaConfig {
+        name: name.into(),
+        authority: addr.to_string(),
+        node: format!("node-{name}"),
+        tls: false,
+    }
 }
 
 /// A config on loopback port 0 in front of `sims`.

@@ -32,7 +32,7 @@ fn describe(state: &GatewayState, replica: &Replica, now: Instant) -> Value {
         .collect();
     json!({
         "name": replica.name,
-        "url": format!("http://{}", replica.authority),
+        "url": format!("{}://{}", replica.scheme(), replica.authority),
         "node": replica.node,
         "pools": pools,
         "draining": replica.is_draining(),

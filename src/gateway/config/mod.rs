@@ -15,6 +15,7 @@ use crate::gateway::auth::ApiKeys;
 use crate::gateway::discovery::DiscoveryConfig;
 use crate::gateway::entry::{Entry, Strategy};
 use crate::gateway::tls::TlsConfig;
+use crate::gateway::upstream_tls::UpstreamTlsConfig;
 
 pub use canary::{AdminConfig, CanaryConfig, DEFAULT_VARIANT_NAME, PoolConfig, VariantConfig};
 pub use validate::{ConfigError, ConfigIssue};
@@ -53,6 +54,16 @@ pub struct ReplicaConfig {
     pub authority: String,
     /// Fault domain: replicas on one node fail together.
     pub node: String,
+    /// `https://`: reached over TLS (`[upstream_tls]`), its certificate verified against
+    /// the host of `authority`.
+    pub tls: bool,
+}
+
+impl ReplicaConfig {
+    /// The URL scheme: `https` or `http`.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls { "https" } else { "http" }
+    }
 }
 
 /// How one entry reaches its replicas.
@@ -115,6 +126,8 @@ pub struct GatewayConfig {
     pub tls: Option<TlsConfig>,
     /// API keys required on the inference listeners (`[auth]`), none when `None`.
     pub auth: Option<ApiKeys>,
+    /// TLS to `https://` replicas (`[upstream_tls]`): roots and client certificate.
+    pub upstream_tls: UpstreamTlsConfig,
     /// Replica sources beyond `[[replicas]]` (`[discovery]`).
     pub discovery: DiscoveryConfig,
     /// Health, retries, timeouts, admission and limits.

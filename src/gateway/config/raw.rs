@@ -32,6 +32,7 @@ pub struct RawConfig {
     pub admin: RawAdmin,
     pub tls: Option<crate::gateway::tls::RawTls>,
     pub auth: Option<crate::gateway::auth::RawAuth>,
+    pub upstream_tls: Option<crate::gateway::upstream_tls::RawUpstreamTls>,
     #[serde(default)]
     pub discovery: crate::gateway::discovery::RawDiscovery,
     #[serde(default)]

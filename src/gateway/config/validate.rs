@@ -14,6 +14,7 @@ use crate::gateway::auth::ApiKeys;
 use crate::gateway::discovery::DiscoveryConfig;
 use crate::gateway::entry::Strategy;
 use crate::gateway::tls::TlsConfig;
+use crate::gateway::upstream_tls::UpstreamTlsConfig;
 
 /// One bad field.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -174,6 +175,14 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
         auth: raw.auth.as_ref().and_then(|auth| {
             ApiKeys::from_raw(auth).map_err(|(path, message)| issues.add(path, message)).ok()
         }),
+        upstream_tls: raw.upstream_tls.as_ref().map_or_else(UpstreamTlsConfig::default, |raw| {
+            UpstreamTlsConfig::from_raw(raw).unwrap_or_else(|found| {
+                for (path, message) in found {
+                    issues.add(path, message);
+                }
+                UpstreamTlsConfig::default()
+            })
+        }),
         discovery: DiscoveryConfig::from_raw(&raw.discovery).unwrap_or_else(|found| {
             for (path, message) in found {
                 issues.add(path, message);
@@ -248,33 +257,41 @@ fn replicas(raw: &[RawReplica], issues: &mut Issues) -> Vec<ReplicaConfig> {
         if !names.insert(name.clone()) {
             issues.add(format!("{path}.name"), format!("`{name}` is used twice"));
         }
-        let authority = match replica.url.as_deref() {
+        let (authority, tls) = match replica.url.as_deref() {
             None => {
                 issues.add(format!("{path}.url"), "is required");
-                String::new()
+                (String::new(), false)
             }
             Some(url) => parse_url(url).unwrap_or_else(|message| {
                 issues.add(format!("{path}.url"), message);
-                String::new()
+                (String::new(), false)
             }),
         };
         let node = replica.node.clone().unwrap_or_else(|| name.clone());
-        replicas.push(ReplicaConfig { name, authority, node });
+        replicas.push(ReplicaConfig { name, authority, node, tls });
     }
     replicas
 }
 
-/// `http://host:port[/]` to `host:port`; TLS to replicas is not supported.
-fn parse_url(url: &str) -> Result<String, String> {
+/// `http(s)://host[:port][/]` to `host:port` and whether it is TLS (`https`); the port
+/// defaults to the scheme's.
+fn parse_url(url: &str) -> Result<(String, bool), String> {
     let uri: http::Uri = url.parse().map_err(|_| format!("`{url}` is not a URL"))?;
-    if uri.scheme_str() != Some("http") {
-        return Err(format!("`{url}`: only http:// replicas are supported"));
-    }
+    let tls = match uri.scheme_str() {
+        Some("http") => false,
+        Some("https") => true,
+        _ => return Err(format!("`{url}`: a replica URL starts with http:// or https://")),
+    };
     if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
         return Err(format!("`{url}`: give the replica's root, without a path"));
     }
     let host = uri.host().ok_or_else(|| format!("`{url}` has no host"))?;
-    Ok(format!("{host}:{}", uri.port_u16().unwrap_or(80)))
+    let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
+    let authority = format!("{host}:{port}");
+    if tls && crate::gateway::upstream_tls::server_name(&authority).is_none() {
+        return Err(format!("`{url}`: `{host}` is not a valid TLS server name"));
+    }
+    Ok((authority, tls))
 }
 
 fn check_distinct_listeners(config: &GatewayConfig, issues: &mut Issues) {
@@ -325,7 +342,7 @@ mod tests {
             url = "http://10.0.0.1:8000"
             [[replicas]]
             name = "a"
-            url = "https://10.0.0.2:8000"
+            url = "ftp://10.0.0.2:8000"
             [[replicas]]
             url = "http://10.0.0.3:8000/v1"
         "#;
@@ -345,7 +362,7 @@ mod tests {
                 "replicas[2].url",
             ]
         );
-        assert!(error.to_string().contains("replicas[1].url: `https://10.0.0.2:8000`"));
+        assert!(error.to_string().contains("replicas[1].url: `ftp://10.0.0.2:8000`"));
     }
 
     #[test]
@@ -366,6 +383,20 @@ mod tests {
         assert_eq!(config.replicas[0].node, "r0");
         assert_eq!(config.replicas[1].authority, "10.0.0.1:8001");
         assert_eq!(config.replicas[1].node, "n1");
+        assert!(!config.replicas[0].tls);
+    }
+
+    #[test]
+    fn https_replicas_default_to_port_443() {
+        let config = parse_and_validate(
+            "[[replicas]]\nname = \"r0\"\nurl = \"https://replica.example\"\n\
+             [[replicas]]\nname = \"r1\"\nurl = \"https://10.0.0.1:8443/\"\n",
+        )
+        .unwrap();
+        assert_eq!(config.replicas[0].authority, "replica.example:443");
+        assert!(config.replicas[0].tls);
+        assert_eq!(config.replicas[1].authority, "10.0.0.1:8443");
+        assert_eq!(config.replicas[1].scheme(), "https");
     }
 
     #[test]

@@ -22,6 +22,8 @@ pub struct RawDns {
     pub name: Option<String>,
     pub port: Option<u16>,
     pub interval_ms: Option<u64>,
+    /// Reach the addresses over TLS; their certificates must name the IP (an IP SAN).
+    pub https: Option<bool>,
 }
 
 /// Resolves a name to addresses.
@@ -53,6 +55,8 @@ pub struct DnsDiscovery {
     pub name: String,
     pub port: u16,
     pub interval: Duration,
+    /// `https = true`: TLS to each address, verified against the IP.
+    pub https: bool,
     pub resolver: Arc<dyn Resolver>,
 }
 
@@ -62,6 +66,7 @@ impl fmt::Debug for DnsDiscovery {
             .field("name", &self.name)
             .field("port", &self.port)
             .field("interval", &self.interval)
+            .field("https", &self.https)
             .finish_non_exhaustive()
     }
 }
@@ -71,13 +76,15 @@ impl PartialEq for DnsDiscovery {
         self.name == other.name
             && self.port == other.port
             && self.interval == other.interval
+            && self.https == other.https
             && Arc::ptr_eq(&self.resolver, &other.resolver)
     }
 }
 
 impl DnsDiscovery {
     pub fn new(name: impl Into<String>, port: u16, interval: Duration) -> Self {
-        Self { name: name.into(), port, interval, resolver: Arc::new(SystemResolver) }
+        let resolver = Arc::new(SystemResolver);
+        Self { name: name.into(), port, interval, https: false, resolver }
     }
 
     pub fn from_raw(raw: &RawDns) -> Result<Self, Vec<(String, String)>> {
@@ -100,7 +107,8 @@ impl DnsDiscovery {
         if !issues.is_empty() {
             return Err(issues);
         }
-        Ok(Self::new(name, port, Duration::from_millis(interval_ms)))
+        let source = Self::new(name, port, Duration::from_millis(interval_ms));
+        Ok(Self { https: raw.https.unwrap_or(false), ..source })
     }
 
     /// One resolution, as replicas (sorted, so that equal answers compare equal).
@@ -115,6 +123,7 @@ impl DnsDiscovery {
                 authority: addr.to_string(),
                 // DNS says nothing about nodes: each address is its own fault domain.
                 node: addr.ip().to_string(),
+                tls: self.https,
             })
             .collect())
     }
@@ -157,9 +166,22 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn https_addresses_are_tls_replicas() {
+        let raw = RawDns {
+            name: Some("localhost".into()),
+            port: Some(8443),
+            interval_ms: None,
+            https: Some(true),
+        };
+        let replicas = DnsDiscovery::from_raw(&raw).unwrap().discover().await.unwrap();
+        assert!(!replicas.is_empty());
+        assert!(replicas.iter().all(|replica| replica.tls), "{replicas:?}");
+    }
+
     #[test]
     fn missing_fields_are_named() {
-        let raw = RawDns { name: None, port: None, interval_ms: Some(1) };
+        let raw = RawDns { name: None, port: None, interval_ms: Some(1), https: None };
         let paths: Vec<String> =
             DnsDiscovery::from_raw(&raw).unwrap_err().into_iter().map(|i| i.0).collect();
         assert_eq!(

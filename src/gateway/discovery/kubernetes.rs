@@ -12,7 +12,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper_util::rt::TokioIo;
-use rustls::RootCertStore;
 use rustls_pki_types::ServerName;
 use serde::Deserialize;
 use tokio::net::TcpStream;
@@ -21,7 +20,7 @@ use tokio::task::JoinHandle;
 
 use super::{Discovered, Source};
 use crate::gateway::config::ReplicaConfig;
-use crate::gateway::tls::read_certs;
+use crate::gateway::upstream_tls;
 
 const SERVICE_ACCOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// Largest EndpointSlice list read.
@@ -42,6 +41,9 @@ pub struct RawKubernetes {
     /// CA bundle for an `https` API; default the service-account CA, else public roots.
     pub ca_file: Option<String>,
     pub interval_ms: Option<u64>,
+    /// Reach the pods over TLS (`[upstream_tls]`); their certificates must name the pod
+    /// IP (an IP SAN). Not to be confused with the API server's own scheme in `api`.
+    pub replica_https: Option<bool>,
 }
 
 /// A validated Kubernetes source.
@@ -54,6 +56,8 @@ pub struct KubernetesDiscovery {
     pub token_file: Option<PathBuf>,
     pub ca_file: Option<PathBuf>,
     pub interval: Duration,
+    /// `replica_https = true`: TLS to each pod, verified against its IP.
+    pub replica_https: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +122,7 @@ impl KubernetesDiscovery {
                 token_file,
                 ca_file,
                 interval: Duration::from_millis(interval_ms),
+                replica_https: raw.replica_https.unwrap_or(false),
             }),
             _ => Err(issues),
         }
@@ -136,7 +141,11 @@ impl KubernetesDiscovery {
     pub async fn discover(&self) -> Result<Vec<ReplicaConfig>, KubernetesError> {
         let body = self.get(&self.list_path()).await?;
         let list: SliceList = serde_json::from_slice(&body)?;
-        Ok(replicas_of(&list, self.port_name.as_deref()))
+        let mut replicas = replicas_of(&list, self.port_name.as_deref());
+        for replica in &mut replicas {
+            replica.tls = self.replica_https;
+        }
+        Ok(replicas)
     }
 
     async fn get(&self, path: &str) -> Result<Bytes, KubernetesError> {
@@ -176,22 +185,15 @@ impl KubernetesDiscovery {
         Ok(body.collect().await.map_err(|e| KubernetesError::Body(e.to_string()))?.to_bytes())
     }
 
+    /// The upstream TLS client's pieces: the CA file's roots, else the system's.
     fn tls_connector(&self) -> Result<tokio_rustls::TlsConnector, KubernetesError> {
-        let mut roots = RootCertStore::empty();
-        match &self.ca_file {
-            Some(ca) => {
-                for cert in read_certs(ca).map_err(|e| KubernetesError::Tls(e.to_string()))? {
-                    roots.add(cert).map_err(|e| KubernetesError::Tls(e.to_string()))?;
-                }
-            }
-            None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| KubernetesError::Tls(e.to_string()))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let tls_error =
+            |error: upstream_tls::UpstreamTlsError| KubernetesError::Tls(error.to_string());
+        let roots = match &self.ca_file {
+            Some(ca) => upstream_tls::roots_from_file(ca).map_err(tls_error)?,
+            None => upstream_tls::system_roots(),
+        };
+        let config = upstream_tls::client_config(roots, None).map_err(tls_error)?;
         Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
     }
 }
@@ -299,7 +301,8 @@ fn replicas_of(list: &SliceList, port_name: Option<&str>) -> Vec<ReplicaConfig> 
                     name = authority.clone();
                 }
                 let node = endpoint.node_name.clone().unwrap_or_else(|| name.clone());
-                replicas.push(ReplicaConfig { name, authority, node });
+                // `replica_https` is applied by the caller.
+                replicas.push(ReplicaConfig { name, authority, node, tls: false });
             }
         }
     }
@@ -358,6 +361,7 @@ mod tests {
             token_file: None,
             ca_file: None,
             interval_ms: None,
+            replica_https: None,
         };
         let source = KubernetesDiscovery::from_raw(&raw).unwrap();
         assert_eq!(

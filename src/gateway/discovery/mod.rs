@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 
 use crate::gateway::config::ReplicaConfig;
 use crate::gateway::pick::{Picker, Replica, scrape};
+use crate::gateway::upstream_tls::UpstreamTls;
 pub use dns::{DnsDiscovery, Resolver, SystemResolver};
 pub use kubernetes::KubernetesDiscovery;
 
@@ -73,7 +74,7 @@ pub fn apply_replica_set(picker: &Picker, desired: &[ReplicaConfig]) -> Vec<Arc<
         .map(|wanted| {
             current
                 .iter()
-                .find(|have| have.name == wanted.name && have.authority == wanted.authority)
+                .find(|have| have.is(wanted))
                 .cloned()
                 .unwrap_or_else(|| Arc::new(Replica::new(wanted)))
         })
@@ -89,6 +90,7 @@ pub fn spawn(
     static_replicas: Vec<ReplicaConfig>,
     config: &DiscoveryConfig,
     scrape_interval: Duration,
+    tls: Arc<UpstreamTls>,
 ) -> JoinHandle<()> {
     let (sets, mut incoming) = mpsc::channel::<Discovered>(8);
     let mut sources = Vec::new();
@@ -102,7 +104,7 @@ pub fn spawn(
     tokio::spawn(async move {
         // Dropped (and so aborted) with this task.
         let _sources = AbortOnDrop(sources);
-        let mut scrapers = Scrapers::default();
+        let mut scrapers = Scrapers { tls, by_replica: HashMap::new() };
         scrapers.sync(&picker.snapshot(), picker.epoch, scrape_interval);
         let mut latest: HashMap<Source, Vec<ReplicaConfig>> = HashMap::new();
         while let Some((source, replicas)) = incoming.recv().await {
@@ -137,13 +139,15 @@ fn merge(
 }
 
 /// One scraper per replica in the set, keyed by the replica's identity.
-#[derive(Default)]
-struct Scrapers(HashMap<(String, String), JoinHandle<()>>);
+struct Scrapers {
+    tls: Arc<UpstreamTls>,
+    by_replica: HashMap<(String, String), JoinHandle<()>>,
+}
 
 impl Scrapers {
     fn sync(&mut self, replicas: &[Arc<Replica>], epoch: std::time::Instant, interval: Duration) {
         let key = |replica: &Replica| (replica.name.clone(), replica.authority.clone());
-        self.0.retain(|wanted, handle| {
+        self.by_replica.retain(|wanted, handle| {
             let keep = replicas.iter().any(|replica| key(replica) == *wanted);
             if !keep {
                 handle.abort();
@@ -152,18 +156,19 @@ impl Scrapers {
         });
         let new: Vec<Arc<Replica>> = replicas
             .iter()
-            .filter(|replica| !self.0.contains_key(&key(replica)))
+            .filter(|replica| !self.by_replica.contains_key(&key(replica)))
             .cloned()
             .collect();
-        for (replica, handle) in new.iter().zip(scrape::spawn_scrapers(&new, epoch, interval)) {
-            self.0.insert(key(replica), handle);
+        let handles = scrape::spawn_scrapers(&new, epoch, interval, &self.tls);
+        for (replica, handle) in new.iter().zip(handles) {
+            self.by_replica.insert(key(replica), handle);
         }
     }
 }
 
 impl Drop for Scrapers {
     fn drop(&mut self) {
-        for handle in self.0.values() {
+        for handle in self.by_replica.values() {
             handle.abort();
         }
     }
@@ -189,6 +194,7 @@ mod tests {
             name: name.into(),
             authority: format!("127.0.0.1:{port}"),
             node: "n".into(),
+            tls: false,
         }
     }
 

@@ -1,6 +1,7 @@
 //! `force_close`: a fresh upstream connection per request, sent with `Connection: close`
 //! so that the replica closes it after the response. With several API-server processes on
 //! one listening socket, every request is accepted anew and the kernel spreads them.
+//! [`connect`] is also how `spread` opens its connections, over TLS for https replicas.
 
 use std::time::Duration;
 
@@ -9,27 +10,77 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
+use rustls_pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 use super::upstream_error;
 use crate::gateway::body::ProxyBody;
 use crate::gateway::error::GatewayError;
+use crate::gateway::pick::Replica;
+use crate::gateway::upstream_tls::UpstreamTls;
 
-/// Opens an HTTP/1.1 connection to `authority`, ready to send one request.
+/// Where a connection goes: borrowed from the replica, so building one costs nothing.
+#[derive(Clone, Copy)]
+pub struct Upstream<'a> {
+    /// The replica's name, for errors.
+    pub name: &'a str,
+    /// `host:port`.
+    pub authority: &'a str,
+    /// For an https replica, the TLS client and the name its certificate must carry.
+    pub tls: Option<(&'a UpstreamTls, &'a ServerName<'static>)>,
+}
+
+impl<'a> Upstream<'a> {
+    pub fn of(replica: &'a Replica, tls: &'a UpstreamTls) -> Self {
+        Self {
+            name: &replica.name,
+            authority: &replica.authority,
+            tls: replica.server_name.as_ref().map(|name| (tls, name)),
+        }
+    }
+}
+
+/// Opens an HTTP/1.1 connection to the replica, ready to send one request. For an https
+/// replica the TCP connect and the TLS handshake share the one `timeout`.
 pub async fn connect(
-    replica: &str,
-    authority: &str,
+    upstream: Upstream<'_>,
     timeout: Duration,
 ) -> Result<SendRequest<ProxyBody>, GatewayError> {
     let connect_error = |source: Box<dyn std::error::Error + Send + Sync>| {
+        GatewayError::UpstreamConnect { replica: upstream.name.to_string(), source }
+    };
+    let Some((tls, server_name)) = upstream.tls else {
+        let stream = tokio::time::timeout(timeout, TcpStream::connect(upstream.authority))
+            .await
+            .map_err(|_| connect_error("connect timed out".into()))?
+            .map_err(|error| connect_error(error.into()))?;
+        // Tokens are small writes: do not let Nagle hold them back.
+        stream.set_nodelay(true).map_err(|error| connect_error(error.into()))?;
+        return handshake(upstream.name, stream).await;
+    };
+    let secured = async {
+        let tcp =
+            TcpStream::connect(upstream.authority).await.map_err(|e| connect_error(e.into()))?;
+        tcp.set_nodelay(true).map_err(|error| connect_error(error.into()))?;
+        tls.connect(upstream.authority, server_name, tcp)
+            .await
+            .map_err(|error| connect_error(format!("TLS handshake: {error}").into()))
+    };
+    let stream = tokio::time::timeout(timeout, secured)
+        .await
+        .map_err(|_| connect_error("connect and TLS handshake timed out".into()))??;
+    handshake(upstream.name, stream).await
+}
+
+/// The HTTP/1.1 client handshake over an open stream; the connection runs on its own task.
+async fn handshake<I>(replica: &str, stream: I) -> Result<SendRequest<ProxyBody>, GatewayError>
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let connect_error = |source: Box<dyn std::error::Error + Send + Sync>| {
         GatewayError::UpstreamConnect { replica: replica.to_string(), source }
     };
-    let stream = tokio::time::timeout(timeout, TcpStream::connect(authority))
-        .await
-        .map_err(|_| connect_error("connect timed out".into()))?
-        .map_err(|error| connect_error(error.into()))?;
-    // Tokens are small writes: do not let Nagle hold them back.
-    stream.set_nodelay(true).map_err(|error| connect_error(error.into()))?;
     let (mut sender, connection) = http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|error| connect_error(error.into()))?;
@@ -44,12 +95,11 @@ pub async fn connect(
 
 /// Sends `request` (origin-form target) on a connection of its own.
 pub async fn send(
-    replica: &str,
-    authority: &str,
+    upstream: Upstream<'_>,
     timeout: Duration,
     mut request: Request<ProxyBody>,
 ) -> Result<Response<Incoming>, GatewayError> {
-    let mut sender = connect(replica, authority, timeout).await?;
+    let mut sender = connect(upstream, timeout).await?;
     request.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
-    sender.send_request(request).await.map_err(|error| upstream_error(replica, error))
+    sender.send_request(request).await.map_err(|error| upstream_error(upstream.name, error))
 }

@@ -8,6 +8,7 @@ pub mod request;
 pub mod retry;
 pub mod spread;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::uri::PathAndQuery;
@@ -19,6 +20,8 @@ use crate::gateway::config::EntryConfig;
 use crate::gateway::entry::Strategy;
 use crate::gateway::error::GatewayError;
 use crate::gateway::pick::Replica;
+use crate::gateway::upstream_tls::UpstreamTls;
+use force_close::Upstream;
 use request::TargetForm;
 
 /// One entry's way of reaching replicas.
@@ -27,6 +30,8 @@ pub struct Connector {
     /// Longest wait for a replica's response headers (vLLM sends them before the first
     /// token when streaming, after the last one otherwise).
     header_timeout: Duration,
+    /// TLS to https replicas; plain http ones never read it.
+    tls: Arc<UpstreamTls>,
 }
 
 enum StrategyConnector {
@@ -36,18 +41,23 @@ enum StrategyConnector {
 }
 
 impl Connector {
-    pub fn new(config: &EntryConfig, connect_timeout: Duration, header_timeout: Duration) -> Self {
+    pub fn new(
+        config: &EntryConfig,
+        connect_timeout: Duration,
+        header_timeout: Duration,
+        tls: Arc<UpstreamTls>,
+    ) -> Self {
         let strategy = match config.strategy {
             Strategy::ForceClose => StrategyConnector::ForceClose { connect_timeout },
             Strategy::Spread => StrategyConnector::Spread(spread::Spread::new(
                 config.spread_connections,
                 connect_timeout,
             )),
-            Strategy::KeepAlive => {
-                StrategyConnector::KeepAlive(Box::new(keep_alive::KeepAlive::new(connect_timeout)))
-            }
+            Strategy::KeepAlive => StrategyConnector::KeepAlive(Box::new(
+                keep_alive::KeepAlive::new(connect_timeout, &tls),
+            )),
         };
-        Self { strategy, header_timeout }
+        Self { strategy, header_timeout, tls }
     }
 
     pub fn strategy(&self) -> Strategy {
@@ -82,19 +92,20 @@ impl Connector {
         path: Option<PathAndQuery>,
     ) -> Result<Response<Incoming>, GatewayError> {
         let authority = replica.authority.as_str();
-        let name = replica.name.as_str();
+        let upstream = Upstream::of(replica, &self.tls);
         match &self.strategy {
             StrategyConnector::ForceClose { connect_timeout } => {
                 let request = request::to_upstream(request, authority, path, TargetForm::Origin);
-                force_close::send(name, authority, *connect_timeout, request).await
+                force_close::send(upstream, *connect_timeout, request).await
             }
             StrategyConnector::Spread(spread) => {
                 let request = request::to_upstream(request, authority, path, TargetForm::Origin);
-                spread.send(name, authority, request).await
+                spread.send(upstream, request).await
             }
             StrategyConnector::KeepAlive(client) => {
-                let request = request::to_upstream(request, authority, path, TargetForm::Absolute);
-                client.send(name, request).await
+                let form = TargetForm::Absolute { https: upstream.tls.is_some() };
+                let request = request::to_upstream(request, authority, path, form);
+                client.send(upstream, request).await
             }
         }
     }

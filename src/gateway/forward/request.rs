@@ -39,8 +39,9 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 pub enum TargetForm {
     /// `/path?query` with a `Host` header, for a connection we hold ourselves.
     Origin,
-    /// `http://host:port/path?query`, for the pooled client that opens its own connections.
-    Absolute,
+    /// `http(s)://host:port/path?query`, for the pooled client that opens its own
+    /// connections (the scheme tells it whether to use TLS).
+    Absolute { https: bool },
 }
 
 /// Points `request` at `authority`, keeping its path and query unless `path` replaces them.
@@ -55,8 +56,8 @@ pub fn to_upstream(
         .unwrap_or_else(|| PathAndQuery::from_static("/"));
     *request.uri_mut() = match form {
         TargetForm::Origin => Uri::from(path),
-        TargetForm::Absolute => Uri::builder()
-            .scheme("http")
+        TargetForm::Absolute { https } => Uri::builder()
+            .scheme(if https { "https" } else { "http" })
             .authority(authority)
             .path_and_query(path)
             .build()
@@ -87,7 +88,8 @@ mod tests {
             .header("authorization", "Bearer k")
             .body(empty())
             .unwrap();
-        let upstream = to_upstream(request, "10.0.0.1:8000", None, TargetForm::Absolute);
+        let form = TargetForm::Absolute { https: false };
+        let upstream = to_upstream(request, "10.0.0.1:8000", None, form);
         assert_eq!(upstream.uri(), "http://10.0.0.1:8000/v1/models?x=1");
         assert_eq!(upstream.version(), Version::HTTP_11);
         assert!(upstream.headers().get("connection").is_none());
@@ -98,5 +100,8 @@ mod tests {
         let path = PathAndQuery::from_static("/metrics");
         let upstream = to_upstream(request, "h:1", Some(path), TargetForm::Origin);
         assert_eq!(upstream.uri(), "/metrics");
+        let request = Request::builder().uri("/v1/models").body(empty()).unwrap();
+        let upstream = to_upstream(request, "h:8443", None, TargetForm::Absolute { https: true });
+        assert_eq!(upstream.uri(), "https://h:8443/v1/models");
     }
 }

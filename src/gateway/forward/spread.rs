@@ -16,7 +16,8 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use tokio::sync::Mutex;
 
-use super::{force_close, upstream_error};
+use super::force_close::{self, Upstream};
+use super::upstream_error;
 use crate::gateway::body::ProxyBody;
 use crate::gateway::error::GatewayError;
 
@@ -82,10 +83,10 @@ impl Spread {
     /// Sends `request` (origin-form target) on the next free connection to the replica.
     pub async fn send(
         &self,
-        replica: &str,
-        authority: &str,
+        upstream: Upstream<'_>,
         request: Request<ProxyBody>,
     ) -> Result<Response<Incoming>, GatewayError> {
+        let replica = upstream.name;
         let pool = self.pool(replica);
         for index in pool.try_order() {
             let Ok(mut slot) = pool.slots[index].try_lock() else {
@@ -94,8 +95,7 @@ impl Spread {
             let sender = match slot.as_mut() {
                 Some(sender) if sender.is_ready() => sender,
                 Some(sender) if !sender.is_closed() => continue,
-                _ => slot
-                    .insert(force_close::connect(replica, authority, self.connect_timeout).await?),
+                _ => slot.insert(force_close::connect(upstream, self.connect_timeout).await?),
             };
             // The response future does not borrow the connection: release the slot now.
             let response = sender.send_request(request);
@@ -103,6 +103,6 @@ impl Spread {
             return response.await.map_err(|error| upstream_error(replica, error));
         }
         self.overflow_requests.fetch_add(1, Ordering::Relaxed);
-        force_close::send(replica, authority, self.connect_timeout, request).await
+        force_close::send(upstream, self.connect_timeout, request).await
     }
 }

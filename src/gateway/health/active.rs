@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Empty;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -17,20 +18,35 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use crate::gateway::pick::Replica;
 use crate::gateway::reload::LiveState;
+use crate::gateway::upstream_tls::UpstreamTls;
 
-type CheckClient = Client<HttpConnector, Empty<Bytes>>;
+type CheckClient = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;
 
-/// Starts the checker; it follows reloads (each round reads the current replica set).
+/// Starts the checker; it follows reloads (each round reads the current replica set, and
+/// https replicas are checked with the current state's TLS client).
 pub fn spawn(live: Arc<LiveState>) -> JoinHandle<()> {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(Duration::from_secs(1)));
-    let client: CheckClient = Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(30))
-        .build(connector);
+    let new_client = move |tls: &UpstreamTls| -> CheckClient {
+        Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(tls.pooled_connector(connector.clone()))
+    };
     tokio::spawn(async move {
+        // The client and the TLS client it was built with.
+        let mut current: Option<(Arc<UpstreamTls>, CheckClient)> = None;
         loop {
             let state = live.load_full();
+            let client = match &current {
+                Some((tls, client)) if Arc::ptr_eq(tls, &state.upstream_tls) => client.clone(),
+                // First round, or a reload read the certificates again.
+                _ => {
+                    let client = new_client(&state.upstream_tls);
+                    current = Some((state.upstream_tls.clone(), client.clone()));
+                    client
+                }
+            };
             let config = state.health.config().clone();
             let mut checks = JoinSet::new();
             for replica in state.picker.snapshot().iter() {
@@ -54,7 +70,8 @@ pub fn spawn(live: Arc<LiveState>) -> JoinHandle<()> {
 }
 
 async fn check_once(client: &CheckClient, replica: &Replica, timeout: Duration) -> bool {
-    let Ok(uri) = format!("http://{}/health", replica.authority).parse::<http::Uri>() else {
+    let url = format!("{}://{}/health", replica.scheme(), replica.authority);
+    let Ok(uri) = url.parse::<http::Uri>() else {
         return false;
     };
     match tokio::time::timeout(timeout, client.get(uri)).await {

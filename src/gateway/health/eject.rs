@@ -126,6 +126,7 @@ mod tests {
                 name: format!("r{i}"),
                 authority: format!("127.0.0.1:{}", 9000 + i),
                 node: format!("n{i}"),
+                tls: false,
             })
             .collect();
         let config = GatewayConfig::with_replicas(replicas);

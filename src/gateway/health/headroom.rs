@@ -44,6 +44,7 @@ mod tests {
                     name: format!("r{i}"),
                     authority: "127.0.0.1:1".into(),
                     node: (*node).into(),
+                    tls: false,
                 }))
             })
             .collect();

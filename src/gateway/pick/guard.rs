@@ -55,6 +55,7 @@ mod tests {
             name: "r".into(),
             authority: "127.0.0.1:1".into(),
             node: "n".into(),
+            tls: false,
         }));
         let first = InFlightGuard::acquire(replica.clone(), 100);
         let second = InFlightGuard::acquire(replica.clone(), 20);

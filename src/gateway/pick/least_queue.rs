@@ -94,6 +94,7 @@ mod tests {
                     name: format!("r{i}"),
                     authority: "127.0.0.1:1".into(),
                     node: "n".into(),
+                    tls: false,
                 }))
             })
             .collect()

@@ -143,6 +143,7 @@ mod tests {
                 name: format!("r{i}"),
                 authority: format!("127.0.0.1:{}", 9000 + i),
                 node: "n".into(),
+                tls: false,
             })
             .collect();
         let mut config = GatewayConfig::with_replicas(replicas);

@@ -4,8 +4,11 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use rustls_pki_types::ServerName;
+
 use crate::gateway::config::ReplicaConfig;
 use crate::gateway::health::ReplicaHealth;
+use crate::gateway::upstream_tls;
 
 /// A replica and its load.
 #[derive(Debug)]
@@ -15,6 +18,8 @@ pub struct Replica {
     pub authority: String,
     /// Fault domain.
     pub node: String,
+    /// For an `https://` replica, the name its certificate must carry; `None` for `http://`.
+    pub server_name: Option<ServerName<'static>>,
     pub load: ReplicaLoad,
     /// Set by an operator (admin API): no new requests, those in flight finish.
     pub draining: AtomicBool,
@@ -28,10 +33,25 @@ impl Replica {
             name: config.name.clone(),
             authority: config.authority.clone(),
             node: config.node.clone(),
+            // Validation refused https URLs whose host is no server name.
+            server_name: config.tls.then(|| upstream_tls::server_name(&config.authority)).flatten(),
             load: ReplicaLoad::default(),
             draining: AtomicBool::new(false),
             health: ReplicaHealth::default(),
         }
+    }
+
+    /// The URL scheme: `https` or `http`.
+    pub fn scheme(&self) -> &'static str {
+        if self.server_name.is_some() { "https" } else { "http" }
+    }
+
+    /// Whether this is the replica `config` describes (same name, address and scheme), so
+    /// that a reload or a discovery round keeps its counters.
+    pub fn is(&self, config: &ReplicaConfig) -> bool {
+        self.name == config.name
+            && self.authority == config.authority
+            && self.server_name.is_some() == config.tls
     }
 
     /// Whether the picker may send this replica a new request (requests already on it

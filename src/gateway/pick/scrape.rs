@@ -1,17 +1,22 @@
 //! The metrics scraper: one task per replica reads its Prometheus `/metrics` every
 //! interval and stores the queue figures (vLLM's names, SGLang's, and vLLM's older KV name).
+//! https replicas are scraped over the gateway's upstream TLS client.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::task::JoinHandle;
 
 use super::replica::{Replica, ReportedLoad};
+use crate::gateway::upstream_tls::UpstreamTls;
+
+type ScrapeClient = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;
 
 /// Largest `/metrics` body read; a replica's is a few tens of kB.
 const MAX_METRICS_BYTES: usize = 8 << 20;
@@ -21,12 +26,13 @@ pub fn spawn_scrapers(
     replicas: &[Arc<Replica>],
     epoch: Instant,
     interval: Duration,
+    tls: &UpstreamTls,
 ) -> Vec<JoinHandle<()>> {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(interval.max(Duration::from_millis(100))));
-    let client: Client<HttpConnector, Empty<Bytes>> =
-        Client::builder(TokioExecutor::new()).build(connector);
+    let client: ScrapeClient =
+        Client::builder(TokioExecutor::new()).build(tls.pooled_connector(connector));
     replicas
         .iter()
         .map(|replica| {
@@ -53,10 +59,10 @@ pub fn spawn_scrapers(
 }
 
 async fn scrape_once(
-    client: &Client<HttpConnector, Empty<Bytes>>,
+    client: &ScrapeClient,
     replica: &Replica,
 ) -> Result<ReportedLoad, Box<dyn std::error::Error + Send + Sync>> {
-    let uri: http::Uri = format!("http://{}/metrics", replica.authority).parse()?;
+    let uri: http::Uri = format!("{}://{}/metrics", replica.scheme(), replica.authority).parse()?;
     let response = client.get(uri).await?;
     if !response.status().is_success() {
         return Err(format!("status {}", response.status()).into());
