@@ -76,7 +76,7 @@ async fn bad_inputs_get_their_statuses_and_the_gateway_carries_on() {
 async fn a_hung_replica_times_out_with_504_and_releases_its_request() {
     let sims = start_sims(1, 1).await;
     let mut config = config_for(&sims);
-    config.header_timeout = std::time::Duration::from_millis(300);
+    config.reliability.timeouts.first_byte = std::time::Duration::from_millis(300);
     let gateway = start_gateway(config).await;
     sims[0].set_fault(laneway::sim::Fault::Hang);
     let response = reqwest::Client::new()

@@ -92,7 +92,7 @@ impl GatewayState {
             Connector::new(
                 config.entry(entry),
                 config.connect_timeout,
-                config.header_timeout,
+                config.reliability.timeouts.first_byte,
                 upstream_tls.clone(),
             )
         };

@@ -90,7 +90,7 @@ impl EntryVariants {
                     connector: Connector::new(
                         &connection,
                         gateway.connect_timeout,
-                        gateway.header_timeout,
+                        gateway.reliability.timeouts.first_byte,
                         tls.clone(),
                     ),
                 }

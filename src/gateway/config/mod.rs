@@ -109,8 +109,6 @@ pub struct GatewayConfig {
     pub body_limit_bytes: usize,
     pub drain_deadline: Duration,
     pub connect_timeout: Duration,
-    /// Longest wait for a replica's response headers.
-    pub header_timeout: Duration,
     /// One `laneway::access` line per request (`access_log = true`); off by default, as
     /// formatting and writing a line per request is most of a tiny request's cost.
     pub access_log: bool,

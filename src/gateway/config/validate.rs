@@ -115,6 +115,10 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
     }
     let replicas = replicas(&raw.replicas, issues);
     let pools = canary::pools(&raw.pools, &replicas, issues);
+    if raw.header_timeout_ms.is_some() {
+        // One wait for the response headers, not two: the reliability section owns it.
+        issues.add("header_timeout_ms", "replaced by `timeouts.first_byte_ms`");
+    }
     let config = GatewayConfig {
         listen: issues.addr("listen", raw.listen.as_deref(), "127.0.0.1:8080"),
         admin_listen: issues.addr("admin_listen", raw.admin_listen.as_deref(), "127.0.0.1:9090"),
@@ -154,12 +158,6 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
             raw.connect_timeout_ms,
             2000,
             600_000,
-        )),
-        header_timeout: Duration::from_millis(issues.positive(
-            "header_timeout_ms",
-            raw.header_timeout_ms,
-            600_000,
-            86_400_000,
         )),
         access_log: raw.access_log.unwrap_or(false),
         short: entry("entries.short", &raw.entries.short, Strategy::ForceClose, &pools, issues),

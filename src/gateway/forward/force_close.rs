@@ -50,14 +50,29 @@ pub async fn connect(
     let connect_error = |source: Box<dyn std::error::Error + Send + Sync>| {
         GatewayError::UpstreamConnect { replica: upstream.name.to_string(), source }
     };
-    let Some((tls, server_name)) = upstream.tls else {
-        let stream = tokio::time::timeout(timeout, TcpStream::connect(upstream.authority))
-            .await
-            .map_err(|_| connect_error("connect timed out".into()))?
-            .map_err(|error| connect_error(error.into()))?;
-        // Tokens are small writes: do not let Nagle hold them back.
-        stream.set_nodelay(true).map_err(|error| connect_error(error.into()))?;
-        return handshake(upstream.name, stream).await;
+    if let Some((tls, server_name)) = upstream.tls {
+        // Boxed: the TLS handshake's state is several kilobytes, and every request future
+        // that may open a connection would otherwise carry it, http or not.
+        return Box::pin(connect_tls(upstream, tls, server_name, timeout)).await;
+    }
+    let stream = tokio::time::timeout(timeout, TcpStream::connect(upstream.authority))
+        .await
+        .map_err(|_| connect_error("connect timed out".into()))?
+        .map_err(|error| connect_error(error.into()))?;
+    // Tokens are small writes: do not let Nagle hold them back.
+    stream.set_nodelay(true).map_err(|error| connect_error(error.into()))?;
+    handshake(upstream.name, stream).await
+}
+
+/// [`connect`] to an https replica: TCP, then TLS, within the one `timeout`.
+async fn connect_tls(
+    upstream: Upstream<'_>,
+    tls: &UpstreamTls,
+    server_name: &ServerName<'static>,
+    timeout: Duration,
+) -> Result<SendRequest<ProxyBody>, GatewayError> {
+    let connect_error = |source: Box<dyn std::error::Error + Send + Sync>| {
+        GatewayError::UpstreamConnect { replica: upstream.name.to_string(), source }
     };
     let secured = async {
         let tcp =

@@ -27,9 +27,10 @@ use request::TargetForm;
 /// One entry's way of reaching replicas.
 pub struct Connector {
     strategy: StrategyConnector,
-    /// Longest wait for a replica's response headers (vLLM sends them before the first
-    /// token when streaming, after the last one otherwise).
-    header_timeout: Duration,
+    /// Longest wait from sending a request to the replica's response headers
+    /// (`timeouts.first_byte_ms`; vLLM sends them before the first token when streaming,
+    /// after the last one otherwise).
+    first_byte_timeout: Duration,
     /// TLS to https replicas; plain http ones never read it.
     tls: Arc<UpstreamTls>,
 }
@@ -44,7 +45,7 @@ impl Connector {
     pub fn new(
         config: &EntryConfig,
         connect_timeout: Duration,
-        header_timeout: Duration,
+        first_byte_timeout: Duration,
         tls: Arc<UpstreamTls>,
     ) -> Self {
         let strategy = match config.strategy {
@@ -57,7 +58,7 @@ impl Connector {
                 keep_alive::KeepAlive::new(connect_timeout, &tls),
             )),
         };
-        Self { strategy, header_timeout, tls }
+        Self { strategy, first_byte_timeout, tls }
     }
 
     pub fn strategy(&self) -> Strategy {
@@ -69,18 +70,19 @@ impl Connector {
     }
 
     /// Sends `request` to `replica`, at `path` if given (else the request's own path), and
-    /// waits for the response headers at most the header timeout.
+    /// waits for the response headers at most the first-byte timeout.
     pub async fn send(
         &self,
         replica: &Replica,
         request: Request<ProxyBody>,
         path: Option<PathAndQuery>,
     ) -> Result<Response<Incoming>, GatewayError> {
-        let sent = self.send_now(replica, request, path);
-        tokio::time::timeout(self.header_timeout, sent).await.unwrap_or_else(|_| {
+        let sent =
+            tokio::time::timeout(self.first_byte_timeout, self.send_now(replica, request, path));
+        sent.await.unwrap_or_else(|_| {
             Err(GatewayError::UpstreamTimeout {
                 replica: replica.name.clone(),
-                after: self.header_timeout,
+                after: self.first_byte_timeout,
             })
         })
     }

@@ -95,7 +95,10 @@ impl Spread {
             let sender = match slot.as_mut() {
                 Some(sender) if sender.is_ready() => sender,
                 Some(sender) if !sender.is_closed() => continue,
-                _ => slot.insert(force_close::connect(upstream, self.connect_timeout).await?),
+                // Boxed, as is the one-off below: opening a connection is rare here, and
+                // its state would otherwise enlarge every request's future.
+                _ => slot
+                    .insert(Box::pin(force_close::connect(upstream, self.connect_timeout)).await?),
             };
             // The response future does not borrow the connection: release the slot now.
             let response = sender.send_request(request);
@@ -103,6 +106,6 @@ impl Spread {
             return response.await.map_err(|error| upstream_error(replica, error));
         }
         self.overflow_requests.fetch_add(1, Ordering::Relaxed);
-        force_close::send(upstream, self.connect_timeout, request).await
+        Box::pin(force_close::send(upstream, self.connect_timeout, request)).await
     }
 }

@@ -55,18 +55,15 @@ pub async fn forward(
     loop {
         let upstream_request = rebuild(request.parts, full(request.body.clone()));
         state.metrics.record_overhead("request", request.received_at);
-        let first_byte = reliability.timeouts.first_byte;
-        let sent =
-            tokio::time::timeout(first_byte, connector.send(&replica, upstream_request, None))
-                .await;
+        // The connector bounds the wait for the response headers (`timeouts.first_byte_ms`).
+        let sent = connector.send(&replica, upstream_request, None).await;
         let last = attempt >= reliability.retry.max_attempts;
         let retryable = match sent {
-            Err(_elapsed) => {
+            Err(error @ GatewayError::UpstreamTimeout { .. }) => {
                 state.health.record_failure(&replica, FailureReason::Timeout);
-                let replica = replica.name.clone();
-                return Err(GatewayError::UpstreamTimeout { replica, after: first_byte });
+                return Err(error);
             }
-            Ok(Ok(upstream)) => {
+            Ok(upstream) => {
                 replica.load.clear_failures();
                 state.health.record_status(&replica, upstream.status());
                 if upstream.status() != StatusCode::SERVICE_UNAVAILABLE || last {
@@ -74,7 +71,7 @@ pub async fn forward(
                 }
                 Retryable::Unavailable(guard, upstream)
             }
-            Ok(Err(error)) => {
+            Err(error) => {
                 drop(guard);
                 if !error.retry_allowed() {
                     state.health.record_failure(&replica, FailureReason::Reset);

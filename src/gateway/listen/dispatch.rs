@@ -45,11 +45,19 @@ pub async fn dispatch(
         path: request.uri().path().to_string(),
         status: 0,
     });
-    let serve = serve_request(state, role, request).instrument(span);
+    // Each future is built inside its `.await`: a future held in a local and then moved
+    // into another is laid out twice in this one's state.
     let mut response = match access {
-        Some(access) => access_log::scope(access, serve).await,
+        // Boxed: the access log is opt-in, and its scope would double this future's size.
+        Some(access) => {
+            Box::pin(access_log::scope(
+                access,
+                serve_request(state, role, request).instrument(span),
+            ))
+            .await
+        }
         // Without the access log the request needs no task-local context at all.
-        None => serve.await,
+        None => serve_request(state, role, request).instrument(span).await,
     };
     response.headers_mut().insert(REQUEST_ID_HEADER, id);
     response
