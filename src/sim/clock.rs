@@ -48,7 +48,8 @@ impl SimClock {
 
     /// Sleeps until simulated time `at` (returns at once if it has passed). A wait shorter
     /// than [`SLEEP_FLOOR`] only yields: tokio's timer rounds every sleep up to its next
-    /// 1 ms tick, which would turn a microsecond step into a millisecond one.
+    /// 1 ms tick, which would turn a microsecond step into a millisecond one. For one-shot
+    /// waits; a loop that re-checks the time uses [`SimClock::sleep_until_exact`].
     pub async fn sleep_until(&self, at: SimTime) {
         let wall = self.wall_instant(at);
         if wall.saturating_duration_since(Instant::now()) < SLEEP_FLOOR {
@@ -56,6 +57,11 @@ impl SimClock {
             return;
         }
         tokio::time::sleep_until(wall).await;
+    }
+
+    /// Sleeps until simulated time `at` on tokio's timer, never returning early.
+    pub async fn sleep_until_exact(&self, at: SimTime) {
+        tokio::time::sleep_until(self.wall_instant(at)).await;
     }
 }
 

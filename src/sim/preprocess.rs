@@ -112,7 +112,8 @@ impl PreprocessQueue {
             // at the projected end (later output work may have pushed it back).
             tokio::select! {
                 at = &mut finished => return at.unwrap_or_else(|_| clock.now()),
-                _ = clock.sleep_until(projected_end) => {}
+                // Exact: this loop looks again after waking, so an early return would spin.
+                _ = clock.sleep_until_exact(projected_end) => {}
             }
         }
     }

@@ -5,10 +5,10 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 
 /// Why a response was cut short by the gateway.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,10 +28,23 @@ impl Expiry {
     }
 }
 
+/// The timers of one response, armed only if the body ever waits: a response whose body
+/// is all there when the headers arrive (most non-streaming ones) costs no timer at all.
 pub struct StreamWatchdog {
     idle: Duration,
-    idle_timer: Pin<Box<Sleep>>,
-    total_timer: Pin<Box<Sleep>>,
+    total_deadline: Instant,
+    /// When the last chunk went through (or the response started).
+    last_progress: Instant,
+    abort: watch::Receiver<bool>,
+    armed: Option<Armed>,
+}
+
+/// One timer for both deadlines, and the wait for the gateway's abort.
+struct Armed {
+    /// Set to the earlier deadline as known when it was set; a chunk since then does not
+    /// move it (a timer reset per token costs more than the token), so it may fire early
+    /// and is then moved on to the real deadline.
+    timer: Pin<Box<Sleep>>,
     shutdown: Pin<Box<dyn Future<Output = ()> + Send>>,
 }
 
@@ -40,43 +53,109 @@ impl StreamWatchdog {
     pub fn new(
         idle: Duration,
         total: Duration,
-        received_at: Instant,
-        mut abort: watch::Receiver<bool>,
+        received_at: std::time::Instant,
+        abort: watch::Receiver<bool>,
     ) -> Self {
-        let now = tokio::time::Instant::now();
-        let shutdown = async move {
-            if abort.wait_for(|abort| *abort).await.is_err() {
-                // The gateway is gone without aborting: nothing will ever fire.
-                std::future::pending::<()>().await;
-            }
-        };
         Self {
             idle,
-            idle_timer: Box::pin(tokio::time::sleep_until(now + idle)),
-            total_timer: Box::pin(tokio::time::sleep_until(
-                tokio::time::Instant::from_std(received_at) + total,
-            )),
-            shutdown: Box::pin(shutdown),
+            total_deadline: Instant::from_std(received_at) + total,
+            last_progress: Instant::now(),
+            abort,
+            armed: None,
         }
     }
 
-    /// A chunk arrived: the idle gap starts again.
+    /// A chunk went through: the idle gap starts again.
     pub fn on_progress(&mut self) {
-        let next = tokio::time::Instant::now() + self.idle;
-        self.idle_timer.as_mut().reset(next);
+        self.last_progress = Instant::now();
     }
 
-    /// Ready with the reason once a timer fired.
+    fn next_deadline(&self) -> Instant {
+        (self.last_progress + self.idle).min(self.total_deadline)
+    }
+
+    /// Ready with the reason once a deadline passed or the gateway aborted.
     pub fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<Expiry> {
-        if self.shutdown.as_mut().poll(cx).is_ready() {
+        let deadline = self.next_deadline();
+        let abort = &self.abort;
+        let armed = self.armed.get_or_insert_with(|| {
+            let mut abort = abort.clone();
+            let shutdown = async move {
+                if abort.wait_for(|abort| *abort).await.is_err() {
+                    // The gateway is gone without aborting: nothing will ever fire.
+                    std::future::pending::<()>().await;
+                }
+            };
+            Armed {
+                timer: Box::pin(tokio::time::sleep_until(deadline)),
+                shutdown: Box::pin(shutdown),
+            }
+        });
+        if armed.shutdown.as_mut().poll(cx).is_ready() {
             return Poll::Ready(Expiry::Shutdown);
         }
-        if self.total_timer.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(Expiry::Total);
+        // Bounded: each turn either returns or moves the timer to a later deadline.
+        loop {
+            if armed.timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            let now = Instant::now();
+            if now >= self.total_deadline {
+                return Poll::Ready(Expiry::Total);
+            }
+            let idle_deadline = self.last_progress + self.idle;
+            if now >= idle_deadline {
+                return Poll::Ready(Expiry::Idle);
+            }
+            armed.timer.as_mut().reset(idle_deadline.min(self.total_deadline));
         }
-        if self.idle_timer.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(Expiry::Idle);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn poll_once(watchdog: &mut StreamWatchdog) -> Poll<Expiry> {
+        std::future::poll_fn(|cx| Poll::Ready(watchdog.poll_expired(cx))).await
+    }
+
+    fn watchdog(idle_ms: u64, total_ms: u64) -> (StreamWatchdog, watch::Sender<bool>) {
+        let (abort, receiver) = watch::channel(false);
+        let idle = Duration::from_millis(idle_ms);
+        let total = Duration::from_millis(total_ms);
+        (StreamWatchdog::new(idle, total, std::time::Instant::now(), receiver), abort)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_chunk_after_the_timer_is_set_moves_the_idle_deadline() {
+        let (mut watchdog, _abort) = watchdog(100, 10_000);
+        assert!(poll_once(&mut watchdog).await.is_pending());
+        tokio::time::advance(Duration::from_millis(60)).await;
+        watchdog.on_progress();
+        // The timer set for 100 ms fires; the real deadline is now 160 ms.
+        tokio::time::advance(Duration::from_millis(60)).await;
+        assert!(poll_once(&mut watchdog).await.is_pending());
+        tokio::time::advance(Duration::from_millis(50)).await;
+        assert_eq!(poll_once(&mut watchdog).await, Poll::Ready(Expiry::Idle));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn steady_chunks_run_into_the_total_deadline() {
+        let (mut watchdog, _abort) = watchdog(100, 250);
+        for _ in 0..5 {
+            assert!(poll_once(&mut watchdog).await.is_pending());
+            tokio::time::advance(Duration::from_millis(60)).await;
+            watchdog.on_progress();
         }
-        Poll::Pending
+        assert_eq!(poll_once(&mut watchdog).await, Poll::Ready(Expiry::Total));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_abort_ends_the_response_before_any_deadline() {
+        let (mut watchdog, abort) = watchdog(100, 10_000);
+        assert!(poll_once(&mut watchdog).await.is_pending());
+        abort.send_replace(true);
+        assert_eq!(poll_once(&mut watchdog).await, Poll::Ready(Expiry::Shutdown));
     }
 }
