@@ -152,6 +152,7 @@ start_fleet() {
 # NAME=URL to TARGETS. A peer that fails to start is reported and left out.
 TARGETS=()
 LANEWAY_PID=""
+LANEWAY_APPEND=""
 
 # start_laneway [NAME [SHORT_STRATEGY]]: laneway with the template's configuration, or
 # with the short entry's strategy replaced (e.g. `spread`: a fixed set of 16 connections
@@ -166,6 +167,8 @@ start_laneway() {
     if [[ "$short_strategy" == spread ]]; then
         sed -i 's|^strategy = "force_close"|strategy = "spread"\nspread_connections = 16|' "$config"
     fi
+    # A part may add settings (TOML tables the template does not have).
+    [[ -n "$LANEWAY_APPEND" ]] && printf '%s\n' "$LANEWAY_APPEND" >>"$config"
     "${PIN_PROXY[@]}" "$LANEWAY" serve --config "$config" >"$WORK/$name.out" 2>"$WORK/$name.err" &
     LANEWAY_PID=$!
     PIDS+=("$LANEWAY_PID")
@@ -352,20 +355,38 @@ part_overhead() {
     cleanup
 }
 
+# choice_events_sent: events with a choice both replicas have streamed so far.
+choice_events_sent() {
+    local total=0 url count
+    for url in "$R0" "$R1"; do
+        count="$(curl -sf "$url/sim/stats" | python3 -c 'import json, sys; print(json.load(sys.stdin)["choice_events_sent"])')"
+        total=$((total + count))
+    done
+    echo "$total"
+}
+
 part_streams() {
     local streams=5000 tokens=32 speed=4
     [[ $QUICK -eq 1 ]] && { streams=1000; tokens=16; }
     ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
     start_fleet "$speed" --profile h20-tp8
     TARGETS=("direct=$R0,$R1")
+    # Admission sized for the test: the defaults (512 in flight per replica, 1,024 queued
+    # for 5 s) would answer most of 5,000 simultaneous streams with 429, as configured.
+    LANEWAY_APPEND=$'[admission]\nmax_in_flight = 8192\nmax_in_flight_per_replica = 4096\nqueue_size = 1024'
     start_laneway
+    LANEWAY_APPEND=""
     [[ -z "$LANEWAY_PID" ]] && { log "streams: laneway is not running, part skipped"; cleanup; return; }
-    local idle_kb peak_kb
+    local idle_kb peak_kb sent_before sent_after
     idle_kb="$(awk '/VmRSS/ {print $2}' "/proc/$LANEWAY_PID/status")"
+    # What the replicas handed out, to compare with what the clients received.
+    sent_before="$(choice_events_sent)"
     echo -e "## Streams: $streams concurrent SSE streams (fleet speed x$speed)\n" >>"$OUT/results.md"
     bench "streams-c$streams" --workload "c${streams}_r${streams}_t${tokens}_i100" --rounds 1
     peak_kb="$(awk '/VmHWM/ {print $2}' "/proc/$LANEWAY_PID/status")"
-    python3 "$PEERS_DIR/verdict.py" streams "$OUT/streams-c$streams.json" "$idle_kb" "$peak_kb" "$streams"
+    sent_after="$(choice_events_sent)"
+    python3 "$PEERS_DIR/verdict.py" streams "$OUT/streams-c$streams.json" "$idle_kb" "$peak_kb" "$streams" \
+        "$((sent_after - sent_before))"
     cleanup
 }
 

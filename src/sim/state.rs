@@ -33,6 +33,7 @@ impl SimState {
         SimStats {
             connections_accepted: self.counters.connections_accepted.load(Ordering::Relaxed),
             requests_total: self.counters.requests_total.load(Ordering::Relaxed),
+            choice_events_sent: self.counters.choice_events_sent.load(Ordering::Relaxed),
             requests_per_worker: self.workers.requests_per_worker(),
             connections_per_worker: self.workers.connections_per_worker(),
             running: self.engine_load.running.load(Ordering::Relaxed),

@@ -21,6 +21,10 @@ pub struct SimStats {
     /// Requests being preprocessed (or queued for it) on each API worker.
     #[serde(default)]
     pub preprocessing_per_worker: Vec<u64>,
+    /// Streamed events with a choice in them (role and token events) handed to clients: what
+    /// a client that lost nothing counts as choice events.
+    #[serde(default)]
+    pub choice_events_sent: u64,
 }
 
 /// Per-replica request counters.
@@ -32,6 +36,7 @@ pub struct RequestCounters {
     pub in_flight: AtomicU64,
     /// Source of response ids.
     pub next_request_id: AtomicU64,
+    pub choice_events_sent: AtomicU64,
 }
 
 impl RequestCounters {

@@ -10,6 +10,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -126,13 +127,17 @@ impl StreamJob {
         token_at: SimTime,
     ) -> Result<(), Stopped> {
         let index = progress.tokens_sent;
+        let counters = self.state.counters.clone();
+        let choice_events = &counters.choice_events_sent;
         if index == 0 && self.writer.endpoint == Endpoint::Chat {
             let role = self.writer.role_event();
             self.send_event(progress, role, token_at).await?;
+            choice_events.fetch_add(1, Ordering::Relaxed);
         }
         let last = index + count >= self.lengths.max_tokens;
         let event = self.writer.token_event(index, count, last);
         let sent_at = self.send_event(progress, event, token_at).await?;
+        choice_events.fetch_add(1, Ordering::Relaxed);
         if let Some(previous) = progress.last_token_at {
             let gap = sent_at.seconds_since(previous);
             self.state.metrics.inter_token_latency.observe(gap);
