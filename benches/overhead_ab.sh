@@ -50,6 +50,7 @@ R0="$(first_url "$WORK/sim-r0.out")"
 R1="$(first_url "$WORK/sim-r1.out")"
 
 TARGETS=("direct=$R0,$R1")
+declare -A GATEWAY_PIDS=()
 # start_gateway NAME BINARY STRATEGY
 start_gateway() {
     local name="$1" binary="$2" strategy="$3" config="$WORK/$1.toml"
@@ -60,6 +61,7 @@ start_gateway() {
     fi
     taskset -c 1 "$binary" serve --config "$config" >"$WORK/$name.out" 2>"$WORK/$name.err" &
     PIDS+=($!)
+    GATEWAY_PIDS[$name]=$!
     TARGETS+=("$name=$(first_url "$WORK/$name.out")")
 }
 start_gateway before-spread "$BEFORE" spread
@@ -68,11 +70,30 @@ start_gateway before-close "$BEFORE" force_close
 start_gateway after-close "$AFTER" force_close
 sleep 1
 
+# user and system clock ticks of a process: "UTIME STIME"
+ticks() { awk '{print $14, $15}' "/proc/$1/stat"; }
+
 run() {
-    local name="$1"
+    local name="$1" gateway
     shift
+    declare -A before=()
+    for gateway in "${!GATEWAY_PIDS[@]}"; do before[$gateway]="$(ticks "${GATEWAY_PIDS[$gateway]}")"; done
     taskset -c 0 "$AFTER" bench "${TARGETS[@]/#/--target=}" --workload tiny --quiet \
         --rounds 2 --duration "$((SECONDS_PER_TARGET * 2))" --json "$OUT/$name.json" "$@"
+    # CPU per successful request, user and system apart (the requests from the JSON).
+    echo "| gateway | user us per ok request | system us per ok request |"
+    echo "|---|---:|---:|"
+    for gateway in $(printf '%s\n' "${!GATEWAY_PIDS[@]}" | sort); do
+        read -r user_before sys_before <<<"${before[$gateway]}"
+        read -r user_after sys_after <<<"$(ticks "${GATEWAY_PIDS[$gateway]}")"
+        python3 - "$OUT/$name.json" "$gateway" "$((user_after - user_before))" "$((sys_after - sys_before))" "$(getconf CLK_TCK)" <<'PY'
+import json, sys
+path, name, user, system, hz = sys.argv[1:]
+ok = next(t["summary"]["successes"] for t in json.load(open(path))["targets"] if t["name"] == name)
+scale = 1e6 / float(hz) / max(ok, 1)
+print(f"| {name} | {int(user) * scale:.1f} | {int(system) * scale:.1f} |")
+PY
+    done
 }
 echo "## open loop, 5,000 req/s"
 run open-5000 --rate 5000
