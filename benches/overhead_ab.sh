@@ -30,24 +30,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
-first_url() {
-    local file="$1" tries url
-    for ((tries = 0; tries < 150; tries++)); do
-        url="$(head -n1 "$file" 2>/dev/null | grep -o 'http://[0-9.:]*' || true)"
-        if [[ -n "$url" ]]; then echo "$url"; return 0; fi
-        sleep 0.2
-    done
-    echo "no listening line in $file" >&2
-    return 1
-}
+# listening_url FILE: the URL a `laneway sim` or `serve` prints first.
+source "$ROOT/benches/peers/listening.sh"
 
 for id in r0 r1; do
     taskset -c 0 "$AFTER" sim --port 0 --config "$ROOT/benches/peers/overhead-replica.toml" \
         --api-workers 4 --id "$id" >"$WORK/sim-$id.out" 2>"$WORK/sim-$id.err" &
     PIDS+=($!)
 done
-R0="$(first_url "$WORK/sim-r0.out")"
-R1="$(first_url "$WORK/sim-r1.out")"
+R0="$(listening_url "$WORK/sim-r0.out")"
+R1="$(listening_url "$WORK/sim-r1.out")"
 
 TARGETS=("direct=$R0,$R1")
 declare -A GATEWAY_PIDS=()
@@ -62,7 +54,7 @@ start_gateway() {
     taskset -c 1 "$binary" serve --config "$config" >"$WORK/$name.out" 2>"$WORK/$name.err" &
     PIDS+=($!)
     GATEWAY_PIDS[$name]=$!
-    TARGETS+=("$name=$(first_url "$WORK/$name.out")")
+    TARGETS+=("$name=$(listening_url "$WORK/$name.out")")
 }
 start_gateway before-spread "$BEFORE" spread
 start_gateway after-spread "$AFTER" spread

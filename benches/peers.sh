@@ -101,17 +101,8 @@ wait_http() {
     return 1
 }
 
-# Waits (at most 30 s) for the first stdout line `listening on http://HOST:PORT` in file $1.
-listening_url() {
-    local file="$1" tries url
-    for ((tries = 0; tries < 150; tries++)); do
-        url="$(head -n1 "$file" 2>/dev/null | grep -o 'http://[0-9.:]*' || true)"
-        if [[ -n "$url" ]]; then echo "$url"; return 0; fi
-        sleep 0.2
-    done
-    log "no listening line in $file"
-    return 1
-}
+# listening_url FILE: the URL a `laneway sim` or `serve` prints first.
+source "$PEERS_DIR/listening.sh"
 
 # ------------------------------------------------------------------------------ install
 install_tools() {
