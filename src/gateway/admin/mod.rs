@@ -10,9 +10,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{ConnectInfo, State};
-use axum::http::HeaderMap;
+use axum::extract::{ConnectInfo, FromRequestParts, State};
 use axum::http::header::CONTENT_TYPE;
+use axum::http::request::Parts;
 use axum::response::{Html, IntoResponse, Json, Response};
 use axum::routing::{get, post, put};
 
@@ -44,25 +44,33 @@ fn error_response(error: ApiError) -> Response {
     error.into_response::<axum::body::Body>().into_response()
 }
 
-/// Checks access: `Some(response)` when refused.
-fn refusal(
-    state: &GatewayState,
-    peer: SocketAddr,
-    headers: &HeaderMap,
-    access: Access,
-) -> Option<Response> {
-    authorize(&state.config.admin, peer, headers, access).err().map(error_response)
+/// The live state, handed to a handler only when its caller may read (`WRITE = false`) or
+/// change (`WRITE = true`) it; a refused caller gets the OpenAI-shape error instead.
+pub(super) struct Authorized<const WRITE: bool>(pub Arc<GatewayState>);
+
+/// A caller allowed to read the admin API.
+pub(super) type Reader = Authorized<false>;
+/// A caller allowed to change what the admin API changes.
+pub(super) type Writer = Authorized<true>;
+
+impl<const WRITE: bool> FromRequestParts<Arc<LiveState>> for Authorized<WRITE> {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        live: &Arc<LiveState>,
+    ) -> Result<Self, Response> {
+        let ConnectInfo(peer) = ConnectInfo::<SocketAddr>::from_request_parts(parts, live)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let state = live.load_full();
+        let access = if WRITE { Access::Write } else { Access::Read };
+        authorize(&state.config.admin, peer, &parts.headers, access).map_err(error_response)?;
+        Ok(Self(state))
+    }
 }
 
-async fn status_page(
-    State(live): State<Arc<LiveState>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-) -> Response {
-    let state = live.load_full();
-    if let Some(refused) = refusal(&state, peer, &headers, Access::Read) {
-        return refused;
-    }
+async fn status_page(_: Reader) -> Response {
     Html(STATUS_PAGE).into_response()
 }
 

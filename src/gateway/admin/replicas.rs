@@ -2,19 +2,14 @@
 //! `POST /admin/replicas/{name}/drain|undrain`: a drained replica gets no new requests and
 //! finishes those in flight.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::{ConnectInfo, Path, State};
-use axum::http::HeaderMap;
+use axum::extract::Path;
 use axum::response::{IntoResponse, Json, Response};
 use serde_json::{Value, json};
 
-use super::auth::Access;
-use super::{error_response, refusal};
+use super::{Authorized, Reader, Writer, error_response};
 use crate::gateway::pick::Replica;
-use crate::gateway::reload::LiveState;
 use crate::gateway::state::GatewayState;
 use crate::openai::{ApiError, ErrorKind};
 
@@ -47,51 +42,22 @@ fn describe(state: &GatewayState, replica: &Replica, now: Instant) -> Value {
     })
 }
 
-pub(super) async fn list(
-    State(live): State<Arc<LiveState>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-) -> Response {
-    let state = live.load_full();
-    if let Some(refused) = refusal(&state, peer, &headers, Access::Read) {
-        return refused;
-    }
+pub(super) async fn list(Authorized(state): Reader) -> Response {
     let now = Instant::now();
     let replicas: Vec<Value> =
         state.picker.snapshot().iter().map(|replica| describe(&state, replica, now)).collect();
     Json(json!({ "policy": state.picker.policy_name(), "replicas": replicas })).into_response()
 }
 
-pub(super) async fn drain(
-    State(live): State<Arc<LiveState>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    let state = live.load_full();
-    set_draining(&state, peer, &headers, &name, true)
+pub(super) async fn drain(Authorized(state): Writer, Path(name): Path<String>) -> Response {
+    set_draining(&state, &name, true)
 }
 
-pub(super) async fn undrain(
-    State(live): State<Arc<LiveState>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    let state = live.load_full();
-    set_draining(&state, peer, &headers, &name, false)
+pub(super) async fn undrain(Authorized(state): Writer, Path(name): Path<String>) -> Response {
+    set_draining(&state, &name, false)
 }
 
-fn set_draining(
-    state: &GatewayState,
-    peer: SocketAddr,
-    headers: &HeaderMap,
-    name: &str,
-    draining: bool,
-) -> Response {
-    if let Some(refused) = refusal(state, peer, headers, Access::Write) {
-        return refused;
-    }
+fn set_draining(state: &GatewayState, name: &str, draining: bool) -> Response {
     let Some(replica) = state.picker.by_name(name) else {
         return error_response(ApiError::new(
             ErrorKind::NotFound,

@@ -3,21 +3,17 @@
 //! text table with `?format=text` or `Accept: text/plain`).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::extract::{Path, Query};
 use axum::http::HeaderMap;
 use axum::http::header::{ACCEPT, CONTENT_TYPE};
 use axum::response::{IntoResponse, Json, Response};
 use serde_json::{Value, json};
 
-use super::auth::Access;
-use super::{error_response, refusal};
+use super::{Authorized, Reader, Writer, error_response};
 use crate::canary::render_text;
 use crate::gateway::entry::Entry;
-use crate::gateway::reload::LiveState;
 use crate::gateway::state::GatewayState;
 use crate::gateway::variants::EntryVariants;
 use crate::openai::{ApiError, ErrorKind};
@@ -60,31 +56,17 @@ fn describe(state: &GatewayState, entry: &EntryVariants) -> Value {
     })
 }
 
-pub(super) async fn list(
-    State(live): State<Arc<LiveState>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-) -> Response {
-    let state = live.load_full();
-    if let Some(refused) = refusal(&state, peer, &headers, Access::Read) {
-        return refused;
-    }
+pub(super) async fn list(Authorized(state): Reader) -> Response {
     let entries: Vec<Value> = state.variants.compared().map(|e| describe(&state, e)).collect();
     let sticky = state.config.canary.sticky_header.as_ref().map(|h| h.as_str().to_string());
     Json(json!({ "sticky_header": sticky, "entries": entries })).into_response()
 }
 
 pub(super) async fn set_weights(
-    State(live): State<Arc<LiveState>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Authorized(state): Writer,
     Path(entry): Path<String>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let state = live.load_full();
-    if let Some(refused) = refusal(&state, peer, &headers, Access::Write) {
-        return refused;
-    }
     let bad = |message: String| error_response(ApiError::new(ErrorKind::BadRequest, message));
     let entry = match entry.parse::<Entry>() {
         Ok(Entry::Debug) => return bad("the debug entry has no variants".into()),
@@ -108,15 +90,10 @@ pub(super) async fn set_weights(
 }
 
 pub(super) async fn report(
-    State(live): State<Arc<LiveState>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Authorized(state): Reader,
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Response {
-    let state = live.load_full();
-    if let Some(refused) = refusal(&state, peer, &headers, Access::Read) {
-        return refused;
-    }
     let Some(report) = state.shared.canary.report().await else {
         return error_response(ApiError::new(ErrorKind::Internal, "canary recorder stopped"));
     };
