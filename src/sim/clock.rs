@@ -46,26 +46,26 @@ impl SimClock {
         self.origin + Duration::from_nanos((at.0 as f64 / self.speed) as u64)
     }
 
-    /// Sleeps until simulated time `at` (returns at once if it has passed). A wait shorter
-    /// than [`SLEEP_FLOOR`] only yields: tokio's timer rounds every sleep up to its next
-    /// 1 ms tick, which would turn a microsecond step into a millisecond one. For one-shot
-    /// waits; a loop that re-checks the time uses [`SimClock::sleep_until_exact`].
+    /// Sleeps until simulated time `at` (returns at once if it has passed), never earlier:
+    /// what a stream sends is decided by what the engine produced by then. A wait shorter
+    /// than [`SLEEP_FLOOR`] yields until the instant passes instead of sleeping: tokio's
+    /// timer rounds every sleep up to its next 1 ms tick, which would turn a microsecond
+    /// step into a millisecond one.
     pub async fn sleep_until(&self, at: SimTime) {
         let wall = self.wall_instant(at);
-        if wall.saturating_duration_since(Instant::now()) < SLEEP_FLOOR {
-            tokio::task::yield_now().await;
+        let wait = wall.saturating_duration_since(Instant::now());
+        if wait >= SLEEP_FLOOR {
+            tokio::time::sleep_until(wall).await;
             return;
         }
-        tokio::time::sleep_until(wall).await;
-    }
-
-    /// Sleeps until simulated time `at` on tokio's timer, never returning early.
-    pub async fn sleep_until_exact(&self, at: SimTime) {
-        tokio::time::sleep_until(self.wall_instant(at)).await;
+        // Bounded: the instant is less than SLEEP_FLOOR away.
+        while Instant::now() < wall {
+            tokio::task::yield_now().await;
+        }
     }
 }
 
-/// Waits shorter than this are not slept (see [`SimClock::sleep_until`]).
+/// Waits shorter than this are yielded through, not slept (see [`SimClock::sleep_until`]).
 pub const SLEEP_FLOOR: Duration = Duration::from_micros(50);
 
 #[cfg(test)]

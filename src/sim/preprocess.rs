@@ -112,8 +112,7 @@ impl PreprocessQueue {
             // at the projected end (later output work may have pushed it back).
             tokio::select! {
                 at = &mut finished => return at.unwrap_or_else(|_| clock.now()),
-                // Exact: this loop looks again after waking, so an early return would spin.
-                _ = clock.sleep_until_exact(projected_end) => {}
+                _ = clock.sleep_until(projected_end) => {}
             }
         }
     }
