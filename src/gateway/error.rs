@@ -34,6 +34,9 @@ pub enum GatewayError {
     /// Downstream: the client's body could not be read.
     #[error("reading the request body failed: {0}")]
     ClientBody(#[source] BoxError),
+    /// Downstream: the body did not arrive whole within `timeouts.client_body_ms`.
+    #[error("the request body did not arrive within {after:?}")]
+    ClientBodyTimeout { after: std::time::Duration },
     /// Downstream: no valid API key.
     #[error("{0}")]
     Unauthorized(#[from] crate::gateway::auth::AuthError),
@@ -82,6 +85,7 @@ impl GatewayError {
             Self::PayloadTooLarge { .. } => "payload_too_large",
             Self::MethodNotAllowed { .. } => "method_not_allowed",
             Self::ClientBody(_) => "client_body",
+            Self::ClientBodyTimeout { .. } => "client_body_timeout",
             Self::NoReplica => "no_replica",
             Self::Unauthorized(_) => "unauthorized",
             Self::UpstreamConnect { .. } => "upstream_connect",
@@ -106,6 +110,7 @@ impl GatewayError {
             | Self::ClientBody(_) => ErrorKind::BadRequest,
             Self::UnknownReplica(_) => ErrorKind::NotFound,
             Self::PayloadTooLarge { .. } => ErrorKind::PayloadTooLarge,
+            Self::ClientBodyTimeout { .. } => ErrorKind::RequestTimeout,
             Self::MethodNotAllowed { .. } => ErrorKind::MethodNotAllowed,
             Self::NoReplica => ErrorKind::Unavailable,
             Self::Unauthorized(_) => ErrorKind::Unauthorized,
@@ -148,6 +153,11 @@ mod tests {
             (GatewayError::BadBody(RequestParseError::MissingMessages), 400, false),
             (GatewayError::UnknownEntry(UnknownEntry("x".into())), 400, false),
             (GatewayError::PayloadTooLarge { limit: 1 }, 413, false),
+            (
+                GatewayError::ClientBodyTimeout { after: std::time::Duration::from_secs(1) },
+                408,
+                false,
+            ),
             (
                 GatewayError::MethodNotAllowed {
                     method: http::Method::GET,

@@ -72,8 +72,6 @@ pub struct GatewayHandle {
     abort_streams: watch::Sender<bool>,
     listeners: Vec<JoinHandle<()>>,
     health_checks: JoinHandle<()>,
-    /// The discovery task, when a `[discovery]` source owns the replica set.
-    discovery: Option<JoinHandle<()>>,
     tls: Option<Arc<tls::ServerTls>>,
 }
 
@@ -154,9 +152,6 @@ impl GatewayHandle {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         self.health_checks.abort();
-        if let Some(discovery) = self.discovery {
-            discovery.abort();
-        }
         self.reloader.stop().await;
     }
 }
@@ -181,6 +176,9 @@ pub async fn spawn(config: GatewayConfig) -> anyhow::Result<GatewayHandle> {
     let (abort_streams, aborted) = watch::channel(false);
     let shared = Shared::new(&config, aborted);
     let picker = Arc::new(pick::Picker::new(&config));
+    // A replica joining the set may make room for requests waiting in the admission queue.
+    let admission = shared.admission.clone();
+    picker.set().on_change(Box::new(move || admission.notify_room()));
     let live: Arc<LiveState> =
         Arc::new(ArcSwap::from_pointee(GatewayState::with_shared(config, picker, shared)));
     let (stop, stopped) = watch::channel(false);
@@ -219,19 +217,8 @@ pub async fn spawn(config: GatewayConfig) -> anyhow::Result<GatewayHandle> {
             tracing::error!(%error, "admin listener failed");
         }
     }));
-    let state = live.load_full();
-    // Discovery owns the replica set it finds and one scraper per replica in it.
-    let discovery = state.config.discovery.is_active().then(|| {
-        discovery::spawn(
-            state.picker.clone(),
-            state.config.replicas.clone(),
-            &state.config.discovery,
-            state.config.scrape_interval,
-            state.upstream_tls.clone(),
-        )
-    });
     let health_checks = health::active::spawn(live.clone());
-    let reloader = Arc::new(Reloader::new(live));
+    let reloader = Arc::new(Reloader::start(live).await);
     Ok(GatewayHandle {
         addr,
         admin_addr,
@@ -241,7 +228,6 @@ pub async fn spawn(config: GatewayConfig) -> anyhow::Result<GatewayHandle> {
         abort_streams,
         listeners,
         health_checks,
-        discovery,
         tls,
     })
 }

@@ -1,10 +1,12 @@
 //! Hitless reload: a new config (from `GatewayHandle::reload`, or the config file on
 //! SIGHUP) is validated, then the whole request-path state switches atomically. Each
 //! request loads the state once when it starts, so requests in flight finish on the old
-//! settings. Replicas that keep their name and address keep their load counters and
-//! health; counters, queues and budgets carry over. An invalid file is refused with a log
-//! line per problem, and the old config stays. Listener settings (addresses, header
-//! limits) are fixed at start: a change to them is logged and ignored.
+//! settings. The replica set outlives the switch: the reload submits the new static list
+//! to it, discovered replicas stay, and replicas that keep their name and address keep
+//! their load counters, health and scrapers; counters, queues and budgets carry over.
+//! Discovery sources restart only when `[discovery]` changed. An invalid file is refused
+//! with a log line per problem, and the old config stays. Listener settings (addresses,
+//! header limits) are fixed at start: a change to them is logged and ignored.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -14,7 +16,8 @@ use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
 use crate::gateway::config::{ConfigError, GatewayConfig};
-use crate::gateway::pick::{Picker, Replica, scrape};
+use crate::gateway::discovery::{self, DiscoveryConfig};
+use crate::gateway::pick::{Picker, Replica, ReplicaSet, Source};
 use crate::gateway::state::GatewayState;
 
 /// The state every request loads once at its start.
@@ -24,21 +27,32 @@ pub type LiveState = ArcSwap<GatewayState>;
 pub enum ReloadError {
     #[error(transparent)]
     Invalid(#[from] ConfigError),
-    #[error("replicas: at least one [[replicas]] entry is required")]
+    #[error("replicas: at least one [[replicas]] entry or a [discovery] source is required")]
     NoReplicas,
 }
 
-/// Swaps states and keeps the metrics scrapers in step with the replica set.
+/// Swaps states, and keeps the replica set's static list, scrapers and discovery sources
+/// in step with the config.
 pub struct Reloader {
     live: Arc<LiveState>,
-    scrapers: Mutex<Vec<JoinHandle<()>>>,
+    /// The running discovery sources and the config they run with; serialises reloads.
+    discovery: Mutex<Discovery>,
+}
+
+struct Discovery {
+    config: DiscoveryConfig,
+    task: Option<JoinHandle<()>>,
 }
 
 impl Reloader {
-    /// Starts scraping the current replica set.
-    pub fn new(live: Arc<LiveState>) -> Self {
-        let scrapers = spawn_scrapers(&live.load());
-        Self { live, scrapers: Mutex::new(scrapers) }
+    /// Starts scraping the current replica set and the configured discovery sources.
+    pub async fn start(live: Arc<LiveState>) -> Self {
+        let state = live.load_full();
+        let set = state.picker.set();
+        set.scrape(state.config.scrape_interval, state.upstream_tls.clone(), true).await;
+        let config = state.config.discovery.clone();
+        let task = config.is_active().then(|| discovery::spawn(set.clone(), &config));
+        Self { live, discovery: Mutex::new(Discovery { config, task }) }
     }
 
     pub fn live(&self) -> &Arc<LiveState> {
@@ -47,21 +61,26 @@ impl Reloader {
 
     /// Switches to `config`.
     pub async fn apply(&self, config: GatewayConfig) -> Result<(), ReloadError> {
-        if config.replicas.is_empty() {
+        if config.replicas.is_empty() && !config.discovery.is_active() {
             return Err(ReloadError::NoReplicas);
         }
-        let mut scrapers = self.scrapers.lock().await;
+        let mut discovery = self.discovery.lock().await;
         let previous = self.live.load_full();
         warn_fixed_settings(&previous.config, &config);
+        let set = previous.picker.set().clone();
+        let before = set.snapshot();
+        set.submit(Source::Static, config.replicas.clone()).await;
+        if discovery.config != config.discovery {
+            discovery.restart(&set, &config.discovery).await;
+        }
         let next = rebuild(&previous, config);
-        forget_removed(&previous, &next);
+        // Certificate files were read again for the new state: scrapers reconnect with them.
+        let tls_configured = next.config.upstream_tls != Default::default();
+        set.scrape(next.config.scrape_interval, next.upstream_tls.clone(), tls_configured).await;
+        forget_removed(&before, &next);
         let replicas = next.picker.snapshot().len();
         self.live.store(Arc::new(next));
-        for scraper in scrapers.drain(..) {
-            scraper.abort();
-        }
-        *scrapers = spawn_scrapers(&self.live.load());
-        // New replicas or limits may make room for requests waiting in the queue.
+        // New limits may make room for requests waiting in the queue.
         self.live.load().shared.admission.notify_room();
         tracing::info!(replicas, "configuration reloaded");
         Ok(())
@@ -88,53 +107,52 @@ impl Reloader {
         result
     }
 
-    /// Stops the scrapers.
+    /// Stops the discovery sources and the scrapers.
     pub async fn stop(&self) {
-        for scraper in self.scrapers.lock().await.drain(..) {
-            scraper.abort();
+        if let Some(task) = self.discovery.lock().await.task.take() {
+            task.abort();
         }
+        self.live.load().picker.set().stop_scraping().await;
     }
 }
 
-/// The state for `config`, sharing counters with `previous` and keeping its replicas by
-/// name and address.
+impl Discovery {
+    /// Replaces the running sources with `config`'s; a source no longer configured takes
+    /// its replicas with it.
+    async fn restart(&mut self, set: &Arc<ReplicaSet>, config: &DiscoveryConfig) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+        if config.dns.is_none() {
+            set.withdraw(Source::Dns).await;
+        }
+        if config.kubernetes.is_none() {
+            set.withdraw(Source::Kubernetes).await;
+        }
+        self.task = config.is_active().then(|| discovery::spawn(set.clone(), config));
+        self.config = config.clone();
+        tracing::info!("discovery sources restarted with the new configuration");
+    }
+}
+
+/// The state for `config` over `previous`'s replica set, sharing its counters.
 pub fn rebuild(previous: &GatewayState, config: GatewayConfig) -> GatewayState {
-    let old = previous.picker.snapshot();
-    let replicas: Vec<Arc<Replica>> = config
-        .replicas
-        .iter()
-        .map(|wanted| {
-            old.iter()
-                .find(|r| r.is(wanted))
-                .cloned()
-                .unwrap_or_else(|| Arc::new(Replica::new(wanted)))
-        })
-        .collect();
-    let mut picker = Picker::new(&config);
-    // Scrape ages of carried replicas count from the old time base.
-    picker.epoch = previous.picker.epoch;
-    picker.replace(replicas);
+    let picker = Picker::with_set(previous.picker.set().clone(), &config);
     let shared = previous.shared.clone();
     shared.admission.configure(config.reliability.admission.clone());
     shared.retry_budget.configure(&config.reliability.retry);
     GatewayState::with_shared(config, Arc::new(picker), shared)
 }
 
-/// Drops the per-replica health series of replicas no longer configured.
-fn forget_removed(previous: &GatewayState, next: &GatewayState) {
+/// Drops the per-replica health series of replicas no longer in the set.
+fn forget_removed(before: &[Arc<Replica>], next: &GatewayState) {
     let healthy = &next.shared.reliability_metrics.replica_healthy;
-    for replica in previous.picker.snapshot().iter() {
+    for replica in before {
         if next.picker.by_name(&replica.name).is_none() {
             let _ = healthy.remove_label_values(&[&replica.name]);
             tracing::info!(replica = %replica.name, "replica removed by reload");
         }
     }
-}
-
-fn spawn_scrapers(state: &GatewayState) -> Vec<JoinHandle<()>> {
-    let replicas = state.picker.snapshot();
-    let interval = state.config.scrape_interval;
-    scrape::spawn_scrapers(&replicas, state.picker.epoch, interval, &state.upstream_tls)
 }
 
 fn warn_fixed_settings(old: &GatewayConfig, new: &GatewayConfig) {

@@ -18,6 +18,8 @@ pub enum ErrorKind {
     NotFound,
     /// 405: the path exists but not for this method.
     MethodNotAllowed,
+    /// 408: the client did not send its request in time.
+    RequestTimeout,
     /// 413: the body is over the configured limit.
     PayloadTooLarge,
     /// 429: every candidate is saturated; retry later.
@@ -40,6 +42,7 @@ impl ErrorKind {
             Self::Forbidden => StatusCode::FORBIDDEN,
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -52,7 +55,10 @@ impl ErrorKind {
     /// The `type` string, as vLLM and OpenAI spell it.
     pub fn type_name(self) -> &'static str {
         match self {
-            Self::BadRequest | Self::PayloadTooLarge | Self::MethodNotAllowed => "BadRequestError",
+            Self::BadRequest
+            | Self::PayloadTooLarge
+            | Self::MethodNotAllowed
+            | Self::RequestTimeout => "BadRequestError",
             Self::Unauthorized => "AuthenticationError",
             Self::Forbidden => "PermissionDeniedError",
             Self::NotFound => "NotFoundError",

@@ -34,6 +34,8 @@ pub struct RawRetry {
 #[serde(deny_unknown_fields)]
 pub struct RawTimeouts {
     pub client_header_ms: Option<i64>,
+    pub client_idle_ms: Option<i64>,
+    pub client_body_ms: Option<i64>,
     pub first_byte_ms: Option<i64>,
     pub idle_ms: Option<i64>,
     pub total_ms: Option<i64>,
@@ -88,8 +90,15 @@ pub struct RetryConfig {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct TimeoutConfig {
-    /// A client must send its request headers within this (slowloris).
+    /// A client must send its request headers within this once it started sending them, and
+    /// a new connection its first request (slowloris).
     pub client_header: Duration,
+    /// A client connection with no request open is closed after this (HTTP/2: GOAWAY). Long
+    /// enough that a pooled client reusing a connection rarely races the close; HTTP/1
+    /// responses announce it (`Keep-Alive: timeout=N`) for clients that read the hint.
+    pub client_idle: Duration,
+    /// A request body must arrive whole within this after its head (slowly dribbled bodies).
+    pub client_body: Duration,
     /// Request sent to response headers; for a non-streaming request that is its whole
     /// generation, hence the generous default.
     pub first_byte: Duration,
@@ -202,6 +211,8 @@ pub fn build(raw: RawReliability<'_>, ranges: &mut Ranges<'_>) -> ReliabilityCon
     let t = raw.timeouts;
     let timeouts = TimeoutConfig {
         client_header: ranges.millis("timeouts.client_header_ms", t.client_header_ms, 10_000),
+        client_idle: ranges.millis("timeouts.client_idle_ms", t.client_idle_ms, 75_000),
+        client_body: ranges.millis("timeouts.client_body_ms", t.client_body_ms, 30_000),
         first_byte: ranges.millis("timeouts.first_byte_ms", t.first_byte_ms, 300_000),
         idle: ranges.millis("timeouts.idle_ms", t.idle_ms, 60_000),
         total: ranges.millis("timeouts.total_ms", t.total_ms, 1_800_000),

@@ -7,10 +7,13 @@ use http::{HeaderMap, Request, Uri, Version};
 
 use crate::gateway::body::ProxyBody;
 
+/// `Keep-Alive` (RFC 9112 appendix C.2.2): hop-by-hop; the listener sets its own timeout.
+pub const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+
 /// Headers that describe one connection, not the request (RFC 9110 §7.6.1).
 const HOP_BY_HOP: [HeaderName; 7] = [
     header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
+    KEEP_ALIVE,
     HeaderName::from_static("proxy-connection"),
     header::PROXY_AUTHORIZATION,
     header::TE,

@@ -3,7 +3,7 @@
 //! other paths go to a picked replica untouched.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::request::Parts;
@@ -16,6 +16,7 @@ use tracing::Instrument;
 
 use super::ListenerRole;
 use super::attempts::{self, Forwarding};
+use super::body_deadline::{BodyTimedOut, DeadlineBody};
 use super::respond::{ENTRY_HEADER, Proxied, REPLICA_HEADER, respond, tag};
 use crate::gateway::access_log::{self, AccessContext, AccessRecord};
 use crate::gateway::body::{ProxyBody, boxed};
@@ -183,9 +184,8 @@ async fn classify_request(
         return Err((headed_for, GatewayError::MethodNotAllowed { method, path }));
     }
     let (parts, body) = request.into_parts();
-    let body = read_body(&parts, body, state.config.body_limit_bytes)
-        .await
-        .map_err(|error| (headed_for, error))?;
+    let limits = (state.config.body_limit_bytes, state.config.reliability.timeouts.client_body);
+    let body = read_body(&parts, body, limits).await.map_err(|error| (headed_for, error))?;
     let threshold = state.config.short_threshold_tokens;
     let classification = classify::classify(endpoint, &body, named, threshold)
         .map_err(|error| (headed_for, GatewayError::BadBody(error)))?;
@@ -236,8 +236,13 @@ fn named_entry(
     Ok(Some((entry, ClassifyMethod::Header)))
 }
 
-/// Buffers the body, refusing it as soon as it is known to be over `limit`.
-async fn read_body(parts: &Parts, body: Incoming, limit: usize) -> Result<Bytes, GatewayError> {
+/// Buffers the body, refusing it as soon as it is known to be over `limit`, or once it has
+/// taken longer than `deadline` to arrive.
+async fn read_body(
+    parts: &Parts,
+    body: Incoming,
+    (limit, deadline): (usize, Duration),
+) -> Result<Bytes, GatewayError> {
     let declared = parts
         .headers
         .get(http::header::CONTENT_LENGTH)
@@ -246,10 +251,13 @@ async fn read_body(parts: &Parts, body: Incoming, limit: usize) -> Result<Bytes,
     if declared.is_some_and(|length| length > limit as u64) {
         return Err(GatewayError::PayloadTooLarge { limit });
     }
-    match Limited::new(body, limit).collect().await {
+    match Limited::new(DeadlineBody::new(body, deadline), limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(error) if error.is::<LengthLimitError>() => {
             Err(GatewayError::PayloadTooLarge { limit })
+        }
+        Err(error) if error.is::<BodyTimedOut>() => {
+            Err(GatewayError::ClientBodyTimeout { after: deadline })
         }
         Err(error) => Err(GatewayError::ClientBody(error)),
     }
@@ -314,7 +322,9 @@ async fn pass_through(
     let guard = InFlightGuard::acquire(replica.clone(), 0);
     let connector = state.connector(entry);
     state.metrics.record_overhead("request", received_at);
-    let upstream = connector.send(&replica, request.map(boxed), path).await?;
+    let deadline = state.config.reliability.timeouts.client_body;
+    let request = request.map(|body| boxed(DeadlineBody::new(body, deadline)));
+    let upstream = connector.send(&replica, request, path).await?;
     let proxied = Proxied {
         entry,
         strategy: connector.strategy(),

@@ -2,6 +2,8 @@
 //! per listener, graceful drain on shutdown. Each request goes to [`dispatch::dispatch`].
 
 mod attempts;
+mod body_deadline;
+pub mod connection;
 pub mod dispatch;
 mod respond;
 
@@ -9,16 +11,22 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::header::HeaderValue;
+use http::{Request, Version};
+use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
+use connection::{Activity, ClientTimeouts, ConnectionTracker, Stops, WatchedIo};
+
+use crate::gateway::admission::HeldBody;
 use crate::gateway::config::GatewayConfig;
 use crate::gateway::entry::Entry;
+use crate::gateway::forward::request::KEEP_ALIVE;
 use crate::gateway::reload::LiveState;
 use crate::gateway::tls;
 
@@ -31,15 +39,18 @@ pub enum ListenerRole {
     Entry(Entry),
 }
 
-/// The protocol settings that protect the listener from its clients: the header read
-/// timeout (slowloris), header size and count (431), HTTP/2 streams per connection.
+/// The protocol settings that protect the listener from its clients: header size and
+/// count (431), HTTP/2 streams per connection and header list size. The header, idle and
+/// body timeouts are the connection driver's ([`connection`]) and the body reader's.
 fn connection_builder(config: &GatewayConfig) -> auto::Builder<TokioExecutor> {
     let limits = &config.reliability.limits;
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(config.reliability.timeouts.client_header)
+        // hyper's own timer starts when it waits for a head, idle time included: it would
+        // close idle keep-alive connections after the header timeout.
+        .header_read_timeout(None)
         .max_buf_size(limits.max_header_bytes)
         .max_headers(limits.max_headers);
     builder
@@ -56,12 +67,13 @@ pub async fn serve(
     listener: TcpListener,
     role: ListenerRole,
     live: Arc<LiveState>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
     drain_deadline: Duration,
     tls: Option<TlsAcceptor>,
 ) {
     let builder = connection_builder(&live.load().config);
-    let graceful = GracefulShutdown::new();
+    let connections = Arc::new(ConnectionTracker::default());
+    let mut stop = shutdown.clone();
     loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -75,40 +87,66 @@ pub async fn serve(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let live = live.clone();
-                let service = service_fn(move |request| {
-                    let state = live.load_full();
-                    // Boxed: the request's whole state machine is large, and hyper moves the
-                    // service's future by value (a profile showed the copies); a box moves
-                    // as one pointer.
-                    let serve = Box::pin(dispatch::dispatch(state, role, request));
-                    async move { Ok::<_, Infallible>(serve.await) }
-                });
-                if let Some(acceptor) = &tls {
-                    // The handshake runs in the connection's task, not the accept loop.
-                    let (acceptor, builder, watcher) = (acceptor.clone(), builder.clone(), graceful.watcher());
-                    tokio::spawn(async move {
-                        let Some(stream) = tls::handshake(&acceptor, stream).await else { return };
-                        let connection = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-                        if let Err(error) = watcher.watch(connection).await {
-                            tracing::debug!(%error, "downstream TLS connection ended with an error");
-                        }
-                    });
-                    continue;
-                }
-                let connection = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-                let connection = graceful.watch(connection);
+                let tracked = connections.track();
+                let (live, builder, shutdown, tls) =
+                    (live.clone(), builder.clone(), shutdown.clone(), tls.clone());
                 tokio::spawn(async move {
-                    if let Err(error) = connection.await {
-                        tracing::debug!(%error, "downstream connection ended with an error");
+                    let _tracked = tracked;
+                    match tls {
+                        // The handshake runs in the connection's task, not the accept loop.
+                        Some(acceptor) => {
+                            let Some(stream) = tls::handshake(&acceptor, stream).await else { return };
+                            serve_connection(stream, role, live, &builder, shutdown).await;
+                        }
+                        None => serve_connection(stream, role, live, &builder, shutdown).await,
                     }
                 });
             }
-            _ = async { shutdown.wait_for(|stop| *stop).await.map(|_| ()) } => break,
+            _ = async { stop.wait_for(|stop| *stop).await.map(|_| ()) } => break,
         }
     }
     drop(listener);
-    if tokio::time::timeout(drain_deadline, graceful.shutdown()).await.is_err() {
+    if tokio::time::timeout(drain_deadline, connections.all_closed()).await.is_err() {
         tracing::warn!(?role, "drain deadline passed with requests still open");
     }
+}
+
+/// Serves one client connection under its timeouts (read from the live config as it opens).
+async fn serve_connection<S>(
+    stream: S,
+    role: ListenerRole,
+    live: Arc<LiveState>,
+    builder: &auto::Builder<TokioExecutor>,
+    shutdown: watch::Receiver<bool>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let timeouts = &live.load().config.reliability.timeouts;
+    let timeouts = ClientTimeouts { header: timeouts.client_header, idle: timeouts.client_idle };
+    let keep_alive_hint = HeaderValue::from_str(&format!("timeout={}", timeouts.idle.as_secs()))
+        .expect("a number is a header value");
+    let activity = Activity::new();
+    let io = TokioIo::new(WatchedIo::new(stream, activity.clone()));
+    let requests = activity.clone();
+    let service = service_fn(move |request: Request<Incoming>| {
+        let open = requests.begin();
+        let http1 = request.version() < Version::HTTP_2;
+        let state = live.load_full();
+        let hint = keep_alive_hint.clone();
+        // Boxed: the request's whole state machine is large, and hyper moves the service's
+        // future by value (a profile showed the copies); a box moves as one pointer.
+        let serve = Box::pin(dispatch::dispatch(state, role, request));
+        async move {
+            let mut response = serve.await;
+            if http1 {
+                response.headers_mut().insert(KEEP_ALIVE, hint);
+            }
+            Ok::<_, Infallible>(response.map(|body| HeldBody::new(body, open)))
+        }
+    });
+    let connection = builder.serve_connection(io, service);
+    tokio::pin!(connection);
+    let stops = Stops { shutdown, timeouts };
+    connection::drive(connection, |connection| connection.graceful_shutdown(), &activity, stops)
+        .await;
 }

@@ -7,20 +7,20 @@ pub mod policy;
 pub mod replica;
 pub mod round_robin;
 pub mod scrape;
+pub mod set;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use arc_swap::ArcSwap;
 
 use crate::gateway::config::{GatewayConfig, PolicyKind};
 pub use guard::InFlightGuard;
 pub use policy::{PickContext, Policy};
 pub use replica::{Replica, ReportedLoad};
+pub use set::{ReplicaSet, Source};
 
-/// The replicas and the policy that chooses among them.
+/// The replicas (a set shared across reloads) and the policy that chooses among them.
 pub struct Picker {
-    replicas: ArcSwap<Vec<Arc<Replica>>>,
+    set: Arc<ReplicaSet>,
     policy: Box<dyn Policy>,
     /// Time base for scrape ages.
     pub epoch: Instant,
@@ -29,18 +29,24 @@ pub struct Picker {
 }
 
 impl Picker {
+    /// A picker over a set of its own holding `config`'s static replicas.
     pub fn new(config: &GatewayConfig) -> Self {
-        let replicas = config.replicas.iter().map(|r| Arc::new(Replica::new(r))).collect();
-        let policy = new_policy(config.policy);
-        Self::with_policy(replicas, policy, config.scrape_interval * config.stale_after_intervals)
+        Self::with_set(Arc::new(ReplicaSet::new(&config.replicas)), config)
     }
 
-    pub fn with_policy(
-        replicas: Vec<Arc<Replica>>,
-        policy: Box<dyn Policy>,
-        fresh_for: Duration,
-    ) -> Self {
-        Self { replicas: ArcSwap::from_pointee(replicas), policy, epoch: Instant::now(), fresh_for }
+    /// A picker with `config`'s policy over `set` (shared with the picker it replaces).
+    pub fn with_set(set: Arc<ReplicaSet>, config: &GatewayConfig) -> Self {
+        let fresh_for = config.scrape_interval * config.stale_after_intervals;
+        Self::with_policy(set, new_policy(config.policy), fresh_for)
+    }
+
+    pub fn with_policy(set: Arc<ReplicaSet>, policy: Box<dyn Policy>, fresh_for: Duration) -> Self {
+        Self { epoch: set.epoch, set, policy, fresh_for }
+    }
+
+    /// The replica set this picker reads.
+    pub fn set(&self) -> &Arc<ReplicaSet> {
+        &self.set
     }
 
     pub fn policy_name(&self) -> &'static str {
@@ -54,16 +60,11 @@ impl Picker {
 
     /// The current replica set.
     pub fn snapshot(&self) -> Arc<Vec<Arc<Replica>>> {
-        self.replicas.load_full()
-    }
-
-    /// Replaces the replica set; requests in flight keep the replicas they hold.
-    pub fn replace(&self, replicas: Vec<Arc<Replica>>) {
-        self.replicas.store(Arc::new(replicas));
+        self.set.snapshot()
     }
 
     pub fn by_name(&self, name: &str) -> Option<Arc<Replica>> {
-        self.replicas.load().iter().find(|r| r.name == name).cloned()
+        self.snapshot().iter().find(|r| r.name == name).cloned()
     }
 
     /// Picks a replica with the global policy among all replicas, never `exclude` (by name).
@@ -80,7 +81,7 @@ impl Picker {
     /// Whether any member of `pool` (`None`: any replica) accepts new requests.
     pub fn any_accepting(&self, pool: Option<&[String]>) -> bool {
         let in_pool = |r: &&Arc<Replica>| pool.is_none_or(|members| members.contains(&r.name));
-        self.replicas.load().iter().filter(in_pool).any(|r| r.accepts_new_requests())
+        self.snapshot().iter().filter(in_pool).any(|r| r.accepts_new_requests())
     }
 
     /// Picks a replica with `policy` among the members of `pool` (`None`: every replica)
@@ -95,7 +96,7 @@ impl Picker {
         exclude: Option<&str>,
         limit: u64,
     ) -> Option<Arc<Replica>> {
-        let all = self.replicas.load();
+        let all = self.snapshot();
         let in_pool = |r: &Arc<Replica>| pool.is_none_or(|members| members.contains(&r.name));
         let any_in_rotation =
             all.iter().any(|r| in_pool(r) && !r.is_draining() && r.health.in_rotation());
@@ -161,14 +162,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn an_empty_set_or_an_excluded_only_replica_picks_nothing() {
+    #[tokio::test]
+    async fn an_empty_set_or_an_excluded_only_replica_picks_nothing() {
         let picker = picker(PolicyKind::LeastQueue);
         let only = picker.snapshot()[0].clone();
-        picker.replace(vec![only]);
+        let config = ReplicaConfig {
+            name: only.name.clone(),
+            authority: only.authority.clone(),
+            node: only.node.clone(),
+            tls: false,
+        };
+        picker.set().submit(Source::Static, vec![config]).await;
         assert_eq!(picker.pick(Some("r0")).map(|r| r.name.clone()), None);
         assert_eq!(picker.pick(None).unwrap().name, "r0");
-        picker.replace(Vec::new());
+        picker.set().submit(Source::Static, Vec::new()).await;
         assert!(picker.pick(None).is_none());
     }
 
