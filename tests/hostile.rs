@@ -262,3 +262,108 @@ async fn an_h2_connection_gets_no_more_concurrent_streams_than_the_limit() {
     }
     gateway.shutdown().await;
 }
+
+/// Reads from a raw connection until the server closes it (bounded at 10 s); the bytes.
+async fn read_until_closed(stream: &mut TcpStream) -> Vec<u8> {
+    let mut received = Vec::new();
+    let read = stream.read_to_end(&mut received);
+    match tokio::time::timeout(Duration::from_secs(10), read).await {
+        Ok(_) => received,
+        Err(_) => panic!("the connection was still open after 10 s"),
+    }
+}
+
+/// The HTTP/2 frame types in a byte stream from the server.
+fn h2_frame_types(mut bytes: &[u8]) -> Vec<u8> {
+    let mut types = Vec::new();
+    while bytes.len() >= 9 {
+        let length = u32::from_be_bytes([0, bytes[0], bytes[1], bytes[2]]) as usize;
+        types.push(bytes[3]);
+        bytes = &bytes[(9 + length).min(bytes.len())..];
+    }
+    types
+}
+
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// An empty SETTINGS frame.
+const H2_SETTINGS: &[u8] = &[0, 0, 0, 4, 0, 0, 0, 0, 0];
+const GOAWAY: u8 = 7;
+
+#[tokio::test]
+async fn h2_connections_that_never_complete_a_request_are_cut_with_goaway() {
+    let sims = start_sims(1, 1).await;
+    let mut config = gateway_support::config_for(&sims);
+    config.reliability.timeouts.client_header = Duration::from_millis(300);
+    let gateway = start_gateway(config).await;
+    // Preface and SETTINGS only.
+    let mut idle = TcpStream::connect(gateway.addr()).await.unwrap();
+    idle.write_all(&[H2_PREFACE, H2_SETTINGS].concat()).await.unwrap();
+    // HEADERS on stream 1 without END_HEADERS, and no CONTINUATION ever.
+    let mut unfinished = TcpStream::connect(gateway.addr()).await.unwrap();
+    let headers_frame = [0, 0, 1, 1, 0x1, 0, 0, 0, 1, 0x82]; // :method GET, flags END_STREAM only
+    unfinished.write_all(&[H2_PREFACE, H2_SETTINGS, &headers_frame].concat()).await.unwrap();
+    for stream in [&mut idle, &mut unfinished] {
+        let received = read_until_closed(stream).await;
+        let types = h2_frame_types(&received);
+        assert!(types.contains(&GOAWAY), "frames before the close: {types:?}");
+    }
+    // Others are still served.
+    let response = reqwest::Client::new()
+        .post(gateway_support::url(&gateway, "/v1/chat/completions"))
+        .json(&gateway_support::chat_body(16, 2, false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_slowly_dribbled_body_is_cut_with_408() {
+    let sims = start_sims(1, 1).await;
+    let mut config = gateway_support::config_for(&sims);
+    config.reliability.timeouts.client_body = Duration::from_millis(300);
+    let gateway = start_gateway(config).await;
+    let body = br#"{"model":"m","messages":[{"role":"user","content":"a body that arrives one byte at a time, far too slowly"}]}"#;
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let stream = TcpStream::connect(gateway.addr()).await.unwrap();
+    let (mut reader, mut writer) = stream.into_split();
+    writer.write_all(head.as_bytes()).await.unwrap();
+    let dribble = tokio::spawn(async move {
+        let mut sent = 0;
+        for byte in body {
+            // Pacing, not synchronisation: a byte every 50 ms would take 5 s for the body.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if writer.write_all(&[*byte]).await.is_err() {
+                break;
+            }
+            sent += 1;
+        }
+        sent
+    });
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 4096];
+    let read = async {
+        while !received.windows(4).any(|w| w == b"\r\n\r\n") {
+            match reader.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => received.extend_from_slice(&buffer[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), read).await.expect("an answer within 10 s");
+    let head = String::from_utf8_lossy(&received);
+    assert!(head.starts_with("HTTP/1.1 408"), "{head}");
+    dribble.abort();
+    let metrics = gateway.metrics_text();
+    let timed_out = gateway_support::sample(
+        &metrics,
+        "laneway_request_errors_total{entry=\"short\",kind=\"client_body_timeout\"}",
+    );
+    assert_eq!(timed_out, Some(1.0), "{metrics}");
+    gateway.shutdown().await;
+}

@@ -23,6 +23,9 @@ pub struct RawAuth {
     /// Count requests per key in `laneway_requests_by_key_total{key}`.
     #[serde(default)]
     pub count_by_key: bool,
+    /// Keys that may also use the debug entry (besides the admin token).
+    #[serde(default)]
+    pub debug_keys: Vec<String>,
 }
 
 /// Why a request was refused.
@@ -32,12 +35,16 @@ pub enum AuthError {
     Missing,
     #[error("invalid API key")]
     Wrong,
+    #[error("this key may not use the debug entry (auth.debug_keys, or the admin token)")]
+    NotAllowedToDebug,
 }
 
 /// The accepted keys, as hashes.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ApiKeys {
     hashes: Vec<[u8; 32]>,
+    /// Keys allowed on the debug entry.
+    debug_hashes: Vec<[u8; 32]>,
     /// Whether to count requests per key.
     pub count_by_key: bool,
 }
@@ -45,13 +52,25 @@ pub struct ApiKeys {
 impl fmt::Debug for ApiKeys {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Hashes of short keys can be brute-forced: keep them out of logs too.
-        write!(f, "ApiKeys({} keys, count_by_key: {})", self.hashes.len(), self.count_by_key)
+        let (keys, debug) = (self.hashes.len(), self.debug_hashes.len());
+        write!(f, "ApiKeys({keys} keys, {debug} debug keys, count_by_key: {})", self.count_by_key)
     }
 }
 
 impl ApiKeys {
     pub fn new<'a>(keys: impl IntoIterator<Item = &'a str>, count_by_key: bool) -> Self {
-        Self { hashes: keys.into_iter().map(hash).collect(), count_by_key }
+        Self {
+            hashes: keys.into_iter().map(hash).collect(),
+            debug_hashes: Vec::new(),
+            count_by_key,
+        }
+    }
+
+    /// Also allows these keys on the debug entry (they are valid keys everywhere).
+    pub fn with_debug_keys<'a>(mut self, keys: impl IntoIterator<Item = &'a str>) -> Self {
+        self.debug_hashes = keys.into_iter().map(hash).collect();
+        self.hashes.extend(self.debug_hashes.iter().copied());
+        self
     }
 
     /// Validates `[auth]`: reads the key file, refuses an empty key set. On error, the
@@ -64,10 +83,17 @@ impl ApiKeys {
         if let Some(index) = keys.iter().position(|k| k.trim().is_empty()) {
             return Err((format!("auth.keys[{index}]"), "an empty key is not allowed".into()));
         }
-        if keys.is_empty() {
+        if let Some(index) = raw.debug_keys.iter().position(|k| k.trim().is_empty()) {
+            return Err((
+                format!("auth.debug_keys[{index}]"),
+                "an empty key is not allowed".into(),
+            ));
+        }
+        if keys.is_empty() && raw.debug_keys.is_empty() {
             return Err(("auth".into(), "no keys: give `keys` or `keys_file`".into()));
         }
-        Ok(Self::new(keys.iter().map(String::as_str), raw.count_by_key))
+        let debug_keys = raw.debug_keys.iter().map(String::as_str);
+        Ok(Self::new(keys.iter().map(String::as_str), raw.count_by_key).with_debug_keys(debug_keys))
     }
 
     pub fn len(&self) -> usize {
@@ -91,10 +117,35 @@ impl ApiKeys {
         }
         if bool::from(matched) { Ok(key_label(&presented)) } else { Err(AuthError::Wrong) }
     }
+
+    /// Checks that a request may use the debug entry: its key is a debug key, or it is the
+    /// admin token.
+    pub fn check_debug(
+        &self,
+        headers: &HeaderMap,
+        admin_token: Option<&str>,
+    ) -> Result<(), AuthError> {
+        let presented = bearer(headers).ok_or(AuthError::Missing)?;
+        if admin_token.is_some_and(|token| constant_time_eq(presented.as_bytes(), token.as_bytes()))
+        {
+            return Ok(());
+        }
+        let presented = hash(presented);
+        let mut matched = subtle::Choice::from(0);
+        for stored in &self.debug_hashes {
+            matched |= stored.ct_eq(&presented);
+        }
+        if bool::from(matched) { Ok(()) } else { Err(AuthError::NotAllowedToDebug) }
+    }
 }
 
-/// The one constant-time compare of secrets (shared with the admin API's token check).
-pub use crate::gateway::admin::auth::constant_time_eq;
+/// The one compare of secrets (shared with the admin API's token check): both sides are
+/// hashed, then compared in constant time, so the time taken shows neither where they
+/// differ nor how long either is.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let (a, b): ([u8; 32], [u8; 32]) = (Sha256::digest(a).into(), Sha256::digest(b).into());
+    bool::from(a.ct_eq(&b))
+}
 
 fn hash(key: &str) -> [u8; 32] {
     Sha256::digest(key.trim().as_bytes()).into()
@@ -104,8 +155,9 @@ fn key_label(hash: &[u8; 32]) -> String {
     hash[..6].iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
-/// The key of `Authorization: Bearer <key>`, scheme case-insensitive.
-fn bearer(headers: &HeaderMap) -> Option<&str> {
+/// The key of `Authorization: Bearer <key>`, scheme case-insensitive (shared with the
+/// admin API's token check).
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, key) = value.trim().split_once(' ')?;
     let key = key.trim();
@@ -149,12 +201,29 @@ mod tests {
     }
 
     #[test]
+    fn only_debug_keys_and_the_admin_token_open_the_debug_entry() {
+        let keys = ApiKeys::new(["sk-user"], false).with_debug_keys(["sk-oncall"]);
+        assert!(keys.check(&headers("Bearer sk-oncall")).is_ok(), "a debug key is a key");
+        assert_eq!(
+            keys.check_debug(&headers("Bearer sk-user"), None),
+            Err(AuthError::NotAllowedToDebug)
+        );
+        assert_eq!(keys.check_debug(&headers("Bearer sk-oncall"), None), Ok(()));
+        assert_eq!(keys.check_debug(&headers("Bearer admin-token"), Some("admin-token")), Ok(()));
+        assert_eq!(
+            keys.check_debug(&HeaderMap::new(), Some("admin-token")),
+            Err(AuthError::Missing)
+        );
+    }
+
+    #[test]
     fn constant_time_compare_handles_equal_and_unequal_lengths() {
         assert!(constant_time_eq(b"abc", b"abc"));
         assert!(constant_time_eq(b"", b""));
         assert!(!constant_time_eq(b"abc", b"abd"));
         assert!(!constant_time_eq(b"abc", b"ab"));
         assert!(!constant_time_eq(b"ab", b"abc"));
+        assert!(!constant_time_eq(b"abc\0", b"abc"));
         // Stored values are fixed-length hashes, so a key's length never reaches the compare.
         assert_eq!(hash("k").len(), hash("a much longer key").len());
     }
@@ -169,6 +238,7 @@ mod tests {
             keys: vec!["sk-inline".into()],
             keys_file: Some(file.display().to_string()),
             count_by_key: true,
+            debug_keys: Vec::new(),
         };
         let keys = ApiKeys::from_raw(&raw).unwrap();
         assert_eq!(keys.len(), 2);

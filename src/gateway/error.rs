@@ -3,6 +3,7 @@
 
 use http::Response;
 
+use crate::gateway::auth::AuthError;
 use crate::gateway::body::{BoxError, ProxyBody, boxed};
 use crate::gateway::entry::UnknownEntry;
 use crate::openai::{ApiError, ErrorKind, RequestParseError};
@@ -25,6 +26,15 @@ pub enum GatewayError {
     /// Downstream: no replica has this name.
     #[error("unknown replica `{0}`")]
     UnknownReplica(String),
+    /// Downstream: the debug entry is not served on this listener.
+    #[error(
+        "the debug entry is not served on this listener: use the debug listener \
+         (entries.debug.listen) or set entries.debug.smart_listener = true"
+    )]
+    DebugNotServedHere,
+    /// Downstream: the replica already has its limit of debug requests.
+    #[error("replica `{replica}` already serves {limit} debug requests; retry later")]
+    DebugBusy { replica: String, limit: u64 },
     /// Downstream: the body is over the configured limit.
     #[error("request body is over the limit of {limit} bytes")]
     PayloadTooLarge { limit: usize },
@@ -39,7 +49,7 @@ pub enum GatewayError {
     ClientBodyTimeout { after: std::time::Duration },
     /// Downstream: no valid API key.
     #[error("{0}")]
-    Unauthorized(#[from] crate::gateway::auth::AuthError),
+    Unauthorized(#[from] AuthError),
     /// Internal: no replica accepts new requests (the set is empty or all are drained).
     #[error("no replica is available (none configured, or all drained)")]
     NoReplica,
@@ -82,6 +92,8 @@ impl GatewayError {
             Self::BadBody(_) | Self::BadHeader(_) | Self::MissingReplica => "bad_request",
             Self::UnknownEntry(_) => "unknown_entry",
             Self::UnknownReplica(_) => "unknown_replica",
+            Self::DebugNotServedHere => "debug_not_served",
+            Self::DebugBusy { .. } => "debug_busy",
             Self::PayloadTooLarge { .. } => "payload_too_large",
             Self::MethodNotAllowed { .. } => "method_not_allowed",
             Self::ClientBody(_) => "client_body",
@@ -108,11 +120,13 @@ impl GatewayError {
             | Self::BadHeader(_)
             | Self::MissingReplica
             | Self::ClientBody(_) => ErrorKind::BadRequest,
-            Self::UnknownReplica(_) => ErrorKind::NotFound,
+            Self::UnknownReplica(_) | Self::DebugNotServedHere => ErrorKind::NotFound,
+            Self::DebugBusy { .. } => ErrorKind::TooManyRequests,
             Self::PayloadTooLarge { .. } => ErrorKind::PayloadTooLarge,
             Self::ClientBodyTimeout { .. } => ErrorKind::RequestTimeout,
             Self::MethodNotAllowed { .. } => ErrorKind::MethodNotAllowed,
             Self::NoReplica => ErrorKind::Unavailable,
+            Self::Unauthorized(AuthError::NotAllowedToDebug) => ErrorKind::Forbidden,
             Self::Unauthorized(_) => ErrorKind::Unauthorized,
             Self::UpstreamConnect { .. }
             | Self::UpstreamReset { .. }
@@ -138,6 +152,9 @@ impl GatewayError {
         }
         if let Self::Overloaded { retry_after_secs } = self {
             response.headers_mut().insert(http::header::RETRY_AFTER, retry_after_secs.into());
+        }
+        if let Self::DebugBusy { .. } = self {
+            response.headers_mut().insert(http::header::RETRY_AFTER, 1.into());
         }
         response
     }

@@ -269,6 +269,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let sims = if args.config.is_none() {
         let (handles, replicas) = demo::start_replicas().await?;
         config.replicas = replicas;
+        // The demo serves on loopback: its debug entry may share the smart listener.
+        config.debug_access.on_smart_listener = config.listen.ip().is_loopback();
         handles
     } else {
         Vec::new()

@@ -55,6 +55,9 @@ pub fn loopback_config(replicas: Vec<ReplicaConfig>) -> GatewayConfig {
     config.admin_listen = "127.0.0.1:0".parse().unwrap();
     config.scrape_interval = Duration::from_millis(50);
     config.drain_deadline = Duration::from_secs(5);
+    // Test gateways serve on loopback, as the demo does: the debug entry may share the
+    // smart listener.
+    config.debug_access.on_smart_listener = true;
     config
 }
 

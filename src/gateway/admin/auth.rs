@@ -5,8 +5,8 @@
 use std::net::SocketAddr;
 
 use http::HeaderMap;
-use http::header::AUTHORIZATION;
 
+use crate::gateway::auth::{bearer, constant_time_eq};
 use crate::gateway::config::AdminConfig;
 use crate::openai::{ApiError, ErrorKind};
 
@@ -50,25 +50,6 @@ pub fn authorize(
     }
 }
 
-/// The token of an `Authorization: Bearer <token>` header.
-fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-}
-
-/// Compares two secrets in time that depends on their lengths only, not on where they
-/// first differ, so that a token cannot be guessed byte by byte from response times.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut difference = u8::from(a.len() != b.len());
-    for index in 0..a.len().max(b.len()) {
-        let x = a.get(index).copied().unwrap_or(0);
-        let y = b.get(index).copied().unwrap_or(0);
-        difference |= std::hint::black_box(x ^ y);
-    }
-    difference == 0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,24 +57,13 @@ mod tests {
     fn headers(authorization: Option<&str>) -> HeaderMap {
         let mut headers = HeaderMap::new();
         if let Some(value) = authorization {
-            headers.insert(AUTHORIZATION, value.parse().unwrap());
+            headers.insert(http::header::AUTHORIZATION, value.parse().unwrap());
         }
         headers
     }
 
     const LOOPBACK: &str = "127.0.0.1:5000";
     const REMOTE: &str = "10.1.2.3:5000";
-
-    #[test]
-    fn constant_time_eq_compares_whole_secrets() {
-        assert!(constant_time_eq(b"s3cret-token", b"s3cret-token"));
-        assert!(!constant_time_eq(b"s3cret-token", b"s3cret-tokeN"));
-        assert!(!constant_time_eq(b"s3cret-token", b"s3cret-token-and-more"));
-        assert!(!constant_time_eq(b"", b"x"));
-        assert!(constant_time_eq(b"", b""));
-        // A prefix must not pass (the zero padding of the shorter side must not match).
-        assert!(!constant_time_eq(b"abc\0", b"abc"));
-    }
 
     #[test]
     fn with_a_token_writes_need_it_and_loopback_reads_do_not() {

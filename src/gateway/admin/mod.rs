@@ -16,6 +16,7 @@ use axum::http::request::Parts;
 use axum::response::{Html, IntoResponse, Json, Response};
 use axum::routing::{get, post, put};
 
+use crate::gateway::config::reliability::NO_REPLICA_LIMIT;
 use crate::gateway::health::headroom;
 use crate::gateway::reload::LiveState;
 use crate::gateway::state::GatewayState;
@@ -84,7 +85,9 @@ pub fn render_metrics(state: &GatewayState) -> String {
     let capacity = state.shared.admission.limits().max_in_flight_per_replica;
     let figures = headroom::n_minus_one(&state.picker.snapshot(), capacity);
     let reliability = &state.shared.reliability_metrics;
-    reliability.n_minus_one_headroom.set(figures.n_minus_one);
+    // A replica's capacity is only known when its in-flight limit is configured.
+    let known = capacity != NO_REPLICA_LIMIT;
+    reliability.n_minus_one_headroom.set(if known { figures.n_minus_one } else { 0 });
     reliability.largest_fault_domain_replicas.set(figures.largest_fault_domain_replicas as i64);
     state.metrics.render(&state.picker)
 }

@@ -1,19 +1,23 @@
 //! Admission: a request takes a place under the global in-flight limit and a replica under
-//! its own limit before it is forwarded. When every candidate is saturated it waits in a
-//! bounded queue up to a deadline, then gets 429 with `Retry-After`. Memory stays bounded
-//! whatever the offered load: at most `max_in_flight` admitted plus `queue_size` waiting;
-//! anything past that is refused at once. The debug entry does not pass here.
+//! its own limit (when one is configured) before it is forwarded. When every candidate is
+//! saturated it waits in a bounded first-come-first-served queue ([`queue`]) up to a
+//! deadline, then gets 429 with a `Retry-After` from the observed drain rate. Memory stays
+//! bounded whatever the offered load: at most `max_in_flight` admitted plus `queue_size`
+//! waiting; anything past that is refused at once. The debug entry has its own per-replica
+//! limit and does not wait here.
 
+mod drain_rate;
 mod held;
+mod queue;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use tokio::sync::Notify;
 
+use drain_rate::DrainRate;
 pub use held::HeldBody;
+use queue::WaitQueue;
 
 use crate::gateway::config::reliability::AdmissionConfig;
 use crate::gateway::error::GatewayError;
@@ -24,11 +28,21 @@ use crate::gateway::pick::{InFlightGuard, Replica};
 pub struct Admission {
     limits: ArcSwap<AdmissionConfig>,
     in_flight: AtomicU64,
-    waiting: AtomicUsize,
+    queue: WaitQueue,
     /// Highest queue length seen, for tests and the bounded-memory claim.
     waiting_peak: AtomicUsize,
-    room: Notify,
+    /// Places freed per second, for `Retry-After`.
+    drained: DrainRate,
     metrics: Arc<ReliabilityMetrics>,
+}
+
+/// What one try at a place found.
+enum Try {
+    Admitted(InFlightGuard, AdmissionPermit),
+    /// The global limit is reached: nobody behind could take a place either.
+    Full,
+    /// No replica this request may use has room; one of another pool might.
+    NoRoomHere,
 }
 
 /// One admitted request's place; dropping it frees the place and wakes the waiters.
@@ -48,9 +62,9 @@ impl Admission {
         Self {
             limits: ArcSwap::from_pointee(limits),
             in_flight: AtomicU64::new(0),
-            waiting: AtomicUsize::new(0),
+            queue: WaitQueue::default(),
             waiting_peak: AtomicUsize::new(0),
-            room: Notify::new(),
+            drained: DrainRate::default(),
             metrics,
         }
     }
@@ -58,7 +72,7 @@ impl Admission {
     /// New limits (a reload); admitted requests keep their places.
     pub fn configure(&self, limits: AdmissionConfig) {
         self.limits.store(Arc::new(limits));
-        self.room.notify_waiters();
+        self.queue.wake_front();
     }
 
     pub fn limits(&self) -> Arc<AdmissionConfig> {
@@ -70,7 +84,7 @@ impl Admission {
     }
 
     pub fn waiting(&self) -> usize {
-        self.waiting.load(Ordering::Acquire)
+        self.queue.len()
     }
 
     pub fn waiting_peak(&self) -> usize {
@@ -78,38 +92,43 @@ impl Admission {
     }
 
     /// Admits a request and places it on the replica `pick` chooses among those with fewer
-    /// than the given number in flight (counted there), waiting for room if need be.
+    /// than the given number in flight (counted there), waiting for room if need be. A
+    /// request that finds others waiting queues behind them, even if a place is free.
     pub async fn admit(
         self: &Arc<Self>,
         pick: &(dyn Fn(u64) -> Option<Arc<Replica>> + Sync),
         prompt_tokens: u64,
     ) -> Result<(InFlightGuard, AdmissionPermit), GatewayError> {
-        if let Some(admitted) = self.try_admit(pick, prompt_tokens)? {
-            return Ok(admitted);
+        if self.queue.is_empty()
+            && let Try::Admitted(guard, permit) = self.try_admit(pick, prompt_tokens)?
+        {
+            return Ok((guard, permit));
         }
         let limits = self.limits();
-        let retry_after = retry_after(limits.queue_timeout);
-        let queued = self.waiting.fetch_add(1, Ordering::AcqRel) + 1;
-        let _place = QueuePlace(self);
-        if queued > limits.queue_size {
+        let _length = QueueLengthGauge(self);
+        let Some(ticket) = self.queue.join(limits.queue_size) else {
             self.metrics.admission_rejected.with_label_values(&["queue_full"]).inc();
-            return Err(GatewayError::Overloaded { retry_after_secs: retry_after });
-        }
+            return Err(self.overloaded(&limits));
+        };
+        let queued = self.queue.len();
         self.waiting_peak.fetch_max(queued, Ordering::AcqRel);
         self.metrics.admission_queue_length.set(queued as i64);
         let deadline = tokio::time::Instant::now() + limits.queue_timeout;
+        // At the front, a place freed before this request joined would wake nobody: try once.
+        let mut woken = ticket.is_front();
         loop {
-            // Registered before the check, so a place freed in between is not missed.
-            let room = self.room.notified();
-            tokio::pin!(room);
-            room.as_mut().enable();
-            if let Some(admitted) = self.try_admit(pick, prompt_tokens)? {
-                return Ok(admitted);
+            if woken {
+                match self.try_admit(pick, prompt_tokens)? {
+                    Try::Admitted(guard, permit) => return Ok((guard, permit)),
+                    Try::Full => {}
+                    Try::NoRoomHere => ticket.pass_on(),
+                }
             }
-            if tokio::time::timeout_at(deadline, room).await.is_err() {
+            if tokio::time::timeout_at(deadline, ticket.woken()).await.is_err() {
                 self.metrics.admission_rejected.with_label_values(&["queue_timeout"]).inc();
-                return Err(GatewayError::Overloaded { retry_after_secs: retry_after });
+                return Err(self.overloaded(&limits));
             }
+            woken = true;
         }
     }
 
@@ -117,13 +136,13 @@ impl Admission {
         self: &Arc<Self>,
         pick: &(dyn Fn(u64) -> Option<Arc<Replica>> + Sync),
         prompt_tokens: u64,
-    ) -> Result<Option<(InFlightGuard, AdmissionPermit)>, GatewayError> {
+    ) -> Result<Try, GatewayError> {
         let limits = self.limits();
         let taken = self.in_flight.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
             (n < limits.max_in_flight).then_some(n + 1)
         });
         if taken.is_err() {
-            return Ok(None);
+            return Ok(Try::Full);
         }
         let per_replica = limits.max_in_flight_per_replica;
         // A few tries: another request may fill the picked replica between pick and count.
@@ -131,20 +150,28 @@ impl Admission {
             let Some(replica) = pick(per_replica) else { break };
             if let Some(guard) = InFlightGuard::try_acquire(replica, prompt_tokens, per_replica) {
                 self.metrics.admission_in_flight.set(self.in_flight() as i64);
-                return Ok(Some((guard, AdmissionPermit { admission: self.clone() })));
+                return Ok(Try::Admitted(guard, AdmissionPermit { admission: self.clone() }));
             }
         }
-        // Given back without waking anyone: waking the other waiters to fail the same way
-        // would spin.
+        // Given back without waking anyone: the front waiter would fail the same way.
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
         // None could take it even without limits (none configured, or all drained): waiting
         // cannot help.
-        if pick(u64::MAX).is_none() { Err(GatewayError::NoReplica) } else { Ok(None) }
+        if pick(u64::MAX).is_none() { Err(GatewayError::NoReplica) } else { Ok(Try::NoRoomHere) }
     }
 
-    /// Wakes the waiters: a replica's place was freed (its own limit) or the set changed.
+    /// Wakes the front waiter: a replica's place was freed (its own limit) or the set
+    /// changed.
     pub fn notify_room(&self) {
-        self.room.notify_waiters();
+        self.queue.wake_front();
+    }
+
+    /// The 429 for a request that found no room: come back when the queue ahead of it
+    /// should have drained, at the rate places were freed lately.
+    fn overloaded(&self, limits: &AdmissionConfig) -> GatewayError {
+        let ahead = self.queue.len() as u64 + 1;
+        let retry_after_secs = self.drained.retry_after(ahead, limits.queue_timeout);
+        GatewayError::Overloaded { retry_after_secs }
     }
 }
 
@@ -153,23 +180,20 @@ impl Drop for AdmissionPermit {
         let admission = &self.admission;
         let left = admission.in_flight.fetch_sub(1, Ordering::AcqRel) - 1;
         admission.metrics.admission_in_flight.set(left as i64);
-        admission.room.notify_waiters();
+        admission.drained.record();
+        admission.queue.wake_front();
     }
 }
 
-/// Keeps the queue length right however the wait ends (admitted, refused, client gone).
-struct QueuePlace<'a>(&'a Admission);
+/// Keeps the queue length gauge right however the wait ends (admitted, refused, client
+/// gone); declared before the ticket, so it is dropped after it and reads the length
+/// without it.
+struct QueueLengthGauge<'a>(&'a Admission);
 
-impl Drop for QueuePlace<'_> {
+impl Drop for QueueLengthGauge<'_> {
     fn drop(&mut self) {
-        let left = self.0.waiting.fetch_sub(1, Ordering::AcqRel) - 1;
-        self.0.metrics.admission_queue_length.set(left as i64);
+        self.0.metrics.admission_queue_length.set(self.0.queue.len() as i64);
     }
-}
-
-/// Whole seconds a client should wait before trying again: the queue's deadline, at least 1.
-fn retry_after(queue_timeout: Duration) -> u64 {
-    queue_timeout.as_secs_f64().ceil().max(1.0) as u64
 }
 
 #[cfg(test)]

@@ -1,3 +1,5 @@
+use std::time::Duration;
+
 use super::*;
 use crate::gateway::config::{GatewayConfig, ReplicaConfig};
 use crate::gateway::pick::Picker;
@@ -56,4 +58,48 @@ async fn a_saturated_replica_makes_requests_wait_then_429() {
     assert!(matches!(error, GatewayError::Overloaded { retry_after_secs: 1 }), "{error}");
     assert_eq!(admission.waiting(), 0);
     assert_eq!(admission.in_flight(), 1);
+}
+
+/// Waits (bounded, yielding) until `n` requests are queued.
+async fn until_waiting(admission: &Admission, n: usize) {
+    for _ in 0..10_000 {
+        if admission.waiting() == n {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("{} waiting, expected {n}", admission.waiting());
+}
+
+#[tokio::test]
+async fn waiters_are_admitted_in_arrival_order_and_newcomers_queue_behind_them() {
+    let (admission, picker) = setup(1, 10, 8);
+    let picker = Arc::new(picker);
+    let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let (_guard, holder) =
+        admission.admit(&|limit| picker.pick_within(None, limit), 0).await.unwrap();
+    let mut waiters = Vec::new();
+    for id in 0..5 {
+        let (queued, picker, order) = (admission.clone(), picker.clone(), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let admitted = queued.admit(&|limit| picker.pick_within(None, limit), 0).await;
+            order.lock().push(id);
+            // Hold the place across a yield, so that the next one must wait for it.
+            tokio::task::yield_now().await;
+            drop(admitted);
+        }));
+        until_waiting(&admission, id + 1).await;
+    }
+    // The place is freed and, before the front waiter runs, a newcomer arrives: it finds a
+    // free place but queues behind the five.
+    drop(holder);
+    let newcomer = admission.admit(&|limit| picker.pick_within(None, limit), 0).await;
+    order.lock().push(5);
+    drop(newcomer);
+    for waiter in waiters {
+        waiter.await.unwrap();
+    }
+    assert_eq!(*order.lock(), [0, 1, 2, 3, 4, 5]);
+    assert_eq!(admission.in_flight(), 0);
+    assert_eq!(admission.waiting(), 0);
 }

@@ -96,6 +96,18 @@ impl EntryConfig {
     }
 }
 
+/// The debug entry reaches one named replica with nothing in between, control endpoints
+/// included (vLLM's `/reset_prefix_cache`, `/sleep`, ...), so it is fenced: off the smart
+/// listener unless configured, a few requests per replica at once, and with `[auth]` only
+/// for keys allowed to debug.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DebugAccess {
+    /// `/debug/...` and `x-laneway-entry: debug` are served on the smart listener too.
+    pub on_smart_listener: bool,
+    /// Debug requests in flight per replica; more get 429.
+    pub max_in_flight_per_replica: u64,
+}
+
 /// The validated configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GatewayConfig {
@@ -115,6 +127,8 @@ pub struct GatewayConfig {
     pub short: EntryConfig,
     pub long: EntryConfig,
     pub debug: EntryConfig,
+    /// Where and how much the debug entry may be used.
+    pub debug_access: DebugAccess,
     pub replicas: Vec<ReplicaConfig>,
     /// Named groups of replicas that canary variants may target.
     pub pools: Vec<PoolConfig>,

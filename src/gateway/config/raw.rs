@@ -78,6 +78,10 @@ pub struct RawEntry {
     pub strategy: Option<String>,
     pub listen: Option<String>,
     pub spread_connections: Option<i64>,
+    /// Debug entry only: served on the smart listener too (`/debug/...`).
+    pub smart_listener: Option<bool>,
+    /// Debug entry only: debug requests in flight per replica, 429 beyond.
+    pub max_in_flight_per_replica: Option<i64>,
     #[serde(default)]
     pub variants: Vec<RawVariant>,
 }

@@ -108,10 +108,15 @@ pub struct TimeoutConfig {
     pub total: Duration,
 }
 
+/// `max_in_flight_per_replica` when none is configured.
+pub const NO_REPLICA_LIMIT: u64 = u64::MAX;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct AdmissionConfig {
+    /// Admitted inference requests at once: bounds the gateway's own memory.
     pub max_in_flight: u64,
-    /// Also the capacity of one replica in the N-1 headroom.
+    /// [`NO_REPLICA_LIMIT`] unless configured; when configured, also the capacity of one
+    /// replica in the N-1 headroom.
     pub max_in_flight_per_replica: u64,
     /// Requests that may wait for room; more get 429 at once.
     pub queue_size: usize,
@@ -219,11 +224,19 @@ pub fn build(raw: RawReliability<'_>, ranges: &mut Ranges<'_>) -> ReliabilityCon
     };
     let a = raw.admission;
     let admission = AdmissionConfig {
-        max_in_flight: ranges.number("admission.max_in_flight", a.max_in_flight, 4096, 1, 1 << 20),
+        max_in_flight: ranges.number(
+            "admission.max_in_flight",
+            a.max_in_flight,
+            16_384,
+            1,
+            1 << 20,
+        ),
+        // No limit unless configured: a replica queues what it cannot run yet, and the
+        // gateway must not refuse what the fleet would have served.
         max_in_flight_per_replica: ranges.number(
             "admission.max_in_flight_per_replica",
             a.max_in_flight_per_replica,
-            512,
+            NO_REPLICA_LIMIT,
             1,
             1 << 20,
         ),

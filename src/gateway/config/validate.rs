@@ -7,9 +7,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::canary;
-use super::raw::{RawConfig, RawEntry, RawReplica};
+use super::raw::{RawConfig, RawEntries, RawEntry, RawReplica};
 use super::reliability::{self, Ranges, RawReliability, ReliabilityConfig};
-use super::{EntryConfig, GatewayConfig, PolicyKind, ReplicaConfig};
+use super::{DebugAccess, EntryConfig, GatewayConfig, PolicyKind, ReplicaConfig};
 use crate::gateway::auth::ApiKeys;
 use crate::gateway::discovery::DiscoveryConfig;
 use crate::gateway::entry::Strategy;
@@ -163,6 +163,7 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
         short: entry("entries.short", &raw.entries.short, Strategy::ForceClose, &pools, issues),
         long: entry("entries.long", &raw.entries.long, Strategy::KeepAlive, &pools, issues),
         debug: entry("entries.debug", &raw.entries.debug, Strategy::KeepAlive, &pools, issues),
+        debug_access: debug_access(&raw.entries, issues),
         replicas,
         pools,
         canary: canary::canary(&raw.canary, issues),
@@ -207,6 +208,28 @@ fn reliability_section(raw: &RawConfig, issues: &mut Issues) -> ReliabilityConfi
     };
     let mut report = |path: String, message: String| issues.add(path, message);
     reliability::build(sections, &mut Ranges { report: &mut report })
+}
+
+fn debug_access(raw: &RawEntries, issues: &mut Issues) -> DebugAccess {
+    for (path, other) in [("entries.short", &raw.short), ("entries.long", &raw.long)] {
+        if other.smart_listener.is_some() {
+            issues.add(format!("{path}.smart_listener"), "only [entries.debug] takes this");
+        }
+        if other.max_in_flight_per_replica.is_some() {
+            let field = format!("{path}.max_in_flight_per_replica");
+            issues.add(field, "only [entries.debug] takes this (see [admission] for inference)");
+        }
+    }
+    let debug = &raw.debug;
+    DebugAccess {
+        on_smart_listener: debug.smart_listener.unwrap_or(false),
+        max_in_flight_per_replica: issues.positive(
+            "entries.debug.max_in_flight_per_replica",
+            debug.max_in_flight_per_replica,
+            4,
+            1 << 20,
+        ),
+    }
 }
 
 fn entry(

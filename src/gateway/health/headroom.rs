@@ -23,8 +23,12 @@ pub fn n_minus_one(replicas: &[Arc<Replica>], capacity_per_replica: u64) -> Head
     }
     let largest = per_node.values().copied().max().unwrap_or(0);
     let demand: u64 = replicas.iter().map(|r| r.load.in_flight()).sum();
-    let left = (replicas.len() - largest) as u64 * capacity_per_replica;
-    Headroom { largest_fault_domain_replicas: largest, n_minus_one: left as i64 - demand as i64 }
+    let left = ((replicas.len() - largest) as u64).saturating_mul(capacity_per_replica);
+    let left = i64::try_from(left).unwrap_or(i64::MAX);
+    Headroom {
+        largest_fault_domain_replicas: largest,
+        n_minus_one: left.saturating_sub(demand as i64),
+    }
 }
 
 #[cfg(test)]

@@ -19,11 +19,12 @@ use super::attempts::{self, Forwarding};
 use super::body_deadline::{BodyTimedOut, DeadlineBody};
 use super::respond::{ENTRY_HEADER, Proxied, REPLICA_HEADER, respond, tag};
 use crate::gateway::access_log::{self, AccessContext, AccessRecord};
+use crate::gateway::admission::HeldBody;
 use crate::gateway::body::{ProxyBody, boxed};
 use crate::gateway::classify::{self, Classification, ClassifyMethod};
 use crate::gateway::entry::Entry;
 use crate::gateway::error::GatewayError;
-use crate::gateway::forward::debug::split_debug_path;
+use crate::gateway::forward::debug::{DebugSlot, split_debug_path};
 use crate::gateway::observe::DEFAULT_VARIANT;
 use crate::gateway::pick::{InFlightGuard, Replica};
 use crate::gateway::request_id::{self, REQUEST_ID_HEADER};
@@ -64,7 +65,7 @@ pub async fn dispatch(
     response
 }
 
-/// Checks the key, then routes; errors become OpenAI-shape responses here and nowhere else.
+/// Routes and checks the key; errors become OpenAI-shape responses here and nowhere else.
 async fn serve_request(
     state: Arc<GatewayState>,
     role: ListenerRole,
@@ -72,11 +73,15 @@ async fn serve_request(
 ) -> Response<ProxyBody> {
     let received_at = Instant::now();
     let path = request.uri().path().to_string();
-    if let Err(error) = authenticate(&state, &request) {
+    let route = route(role, &request);
+    // The debug entry checks its own, narrower, permission.
+    if !matches!(route, Route::Debug)
+        && let Err(error) = authenticate(&state, &request)
+    {
         return error_response(&state, Entry::Short, &path, received_at, error);
     }
-    let (entry, result) = match route(role, &request) {
-        Route::Debug => (Entry::Debug, debug(&state, request, received_at).await),
+    let (entry, result) = match route {
+        Route::Debug => (Entry::Debug, debug(&state, role, request, received_at).await),
         Route::Inference(endpoint) => inference(&state, role, endpoint, request, received_at).await,
         Route::Other => (Entry::Short, other(&state, request, received_at).await),
     };
@@ -155,9 +160,41 @@ async fn inference(
     match classify_request(state, role, endpoint, request).await {
         Ok(classified) => {
             let entry = classified.classification.entry;
-            (entry, pick_and_forward(state, classified, received_at).await)
+            // A client that leaves before the response headers (a non-streamed request
+            // waits for its whole generation) drops this future: count it here, as the
+            // response body counts those who leave later.
+            let abandoned = AbandonedBeforeHeaders::arm(state, entry);
+            let result = pick_and_forward(state, classified, received_at).await;
+            abandoned.disarm();
+            (entry, result)
         }
         Err((entry, error)) => (entry, Err(error)),
+    }
+}
+
+/// Counts `client_disconnect` when dropped armed: the request future went away before it
+/// produced a response.
+struct AbandonedBeforeHeaders<'a> {
+    state: &'a GatewayState,
+    entry: Entry,
+    armed: bool,
+}
+
+impl<'a> AbandonedBeforeHeaders<'a> {
+    fn arm(state: &'a GatewayState, entry: Entry) -> Self {
+        Self { state, entry, armed: true }
+    }
+
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for AbandonedBeforeHeaders<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.state.metrics.record_error(self.entry.as_str(), "client_disconnect");
+        }
     }
 }
 
@@ -273,15 +310,28 @@ pub(super) fn rebuild(parts: &Parts, body: ProxyBody) -> Request<ProxyBody> {
     request
 }
 
-/// Debug entry: to the named replica, untouched, no parsing, no retry.
+/// Debug entry: to the named replica, untouched, no parsing, no retry; only where the
+/// config serves it, for keys allowed to debug, a few at a time per replica.
 async fn debug(
     state: &Arc<GatewayState>,
+    role: ListenerRole,
     request: Request<Incoming>,
     received_at: Instant,
 ) -> Result<Response<ProxyBody>, GatewayError> {
+    let access = &state.config.debug_access;
+    if role != ListenerRole::Entry(Entry::Debug) && !access.on_smart_listener {
+        return Err(GatewayError::DebugNotServedHere);
+    }
+    if let Some(keys) = &state.config.auth {
+        keys.check_debug(request.headers(), state.config.admin.token.as_deref())?;
+    }
     let (name, path) = debug_target(&request)?;
     let replica = state.picker.by_name(&name).ok_or(GatewayError::UnknownReplica(name))?;
-    pass_through(state, Entry::Debug, replica, request, path, received_at).await
+    let limit = access.max_in_flight_per_replica;
+    let slot = DebugSlot::try_take(replica.clone(), limit)
+        .ok_or_else(|| GatewayError::DebugBusy { replica: replica.name.clone(), limit })?;
+    let response = pass_through(state, Entry::Debug, replica, request, path, received_at).await?;
+    Ok(response.map(|body| boxed(HeldBody::new(body, slot))))
 }
 
 /// The replica a debug request names, and the path to send it (`None`: its own path).

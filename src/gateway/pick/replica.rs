@@ -76,6 +76,8 @@ pub struct ReplicaLoad {
     pub in_flight: AtomicU64,
     /// Estimated prompt tokens of those requests.
     pub in_flight_prompt_tokens: AtomicU64,
+    /// Debug-entry requests among them, under their own limit.
+    pub debug_in_flight: AtomicU64,
     /// Refused connections and failed scrapes since the last success of either.
     failures: AtomicU64,
     /// Last scraped `vllm:num_requests_waiting` (or SGLang's equivalent).
