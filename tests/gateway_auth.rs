@@ -78,8 +78,12 @@ async fn missing_wrong_and_right_keys() {
     sorted.sort_by(f64::total_cmp);
     assert_eq!(sorted, [1.0, 2.0], "{metrics}");
     assert!(!metrics.contains("sk-alpha"));
+    // The debug request's refusal is counted under its own entry.
     assert!(
-        metrics.contains("laneway_request_errors_total{entry=\"short\",kind=\"unauthorized\"} 3")
+        metrics.contains("laneway_request_errors_total{entry=\"short\",kind=\"unauthorized\"} 2")
+    );
+    assert!(
+        metrics.contains("laneway_request_errors_total{entry=\"debug\",kind=\"unauthorized\"} 1")
     );
     gateway.shutdown().await;
 }
