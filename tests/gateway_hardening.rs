@@ -104,7 +104,7 @@ async fn reloads_keep_discovered_replicas_and_a_discovery_only_config_reloads() 
     let mut discovery_only = config.clone();
     discovery_only.replicas.clear();
     gateway.reload(discovery_only).await.unwrap();
-    assert_eq!(gateway.replica_names(), [discovered.clone()]);
+    assert_eq!(gateway.replica_names(), std::slice::from_ref(&discovered));
     let at_switch = sims[1].stats().requests_total;
     wait_until("traffic after the switch", || sims[1].stats().requests_total >= at_switch + 5)
         .await;

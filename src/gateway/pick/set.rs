@@ -113,7 +113,7 @@ impl ReplicaSet {
     pub async fn scrape(&self, interval: Duration, tls: Arc<UpstreamTls>, restart: bool) {
         let mut sources = self.sources.lock().await;
         let unchanged = sources.scrapers.as_ref().is_some_and(|s| s.interval == interval);
-        if !(unchanged && !restart) {
+        if !unchanged || restart {
             sources.scrapers = Some(Scrapers { interval, tls, by_replica: HashMap::new() });
         }
         let members = self.snapshot();
