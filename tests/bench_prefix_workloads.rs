@@ -48,9 +48,12 @@ fn the_notation_parses() {
     assert_eq!(Workload::parse("mt_c8_t6_i500_o100").unwrap().fixed(), (Some(8), Some(48)));
 }
 
+/// Tells whether an error is the expected kind.
+type IsExpected = fn(&WorkloadError) -> bool;
+
 #[test]
 fn bad_specs_name_the_bad_part() {
-    let cases: &[(&str, fn(&WorkloadError) -> bool, &str)] = &[
+    let cases: &[(&str, IsExpected, &str)] = &[
         (
             "sp_g16_p6000_q1200",
             |e| matches!(e, WorkloadError::MissingField { letter: 'o', .. }),
