@@ -109,3 +109,33 @@ fn rounds_cover_the_budget_exactly_once() {
         assert_eq!(next, count, "{count} in {rounds}");
     }
 }
+
+#[test]
+fn conversations_run_closed_loop_in_whole_conversations() {
+    let plan = plan_of(
+        "--target a=http://127.0.0.1:1 b=http://127.0.0.1:2 --workload mt_c2_t3_i100_o8 \
+         --requests 13",
+    )
+    .unwrap();
+    assert_eq!(plan.arrivals, Arrivals::Closed { concurrency: 2 });
+    // 13 requests are 5 conversations of 3 turns, split into rounds of whole conversations.
+    let total: u64 = plan
+        .rounds
+        .iter()
+        .map(|(first, budget)| {
+            assert_eq!(first % 3, 0, "{:?}", plan.rounds);
+            match budget {
+                Budget::Requests(count) => *count,
+                Budget::Duration(_) => panic!("count-based"),
+            }
+        })
+        .sum();
+    assert_eq!(total, 15);
+    let rate = plan_of("--target http://127.0.0.1:1 --workload mt_c2_t3_i100_o8 --rate 2");
+    assert!(matches!(rate, Err(PlanError::ConversationsFlag("rate"))));
+    let duration = plan_of("--target http://127.0.0.1:1 --workload mt_c2_t3_i100_o8 --duration 5");
+    assert!(matches!(duration, Err(PlanError::ConversationsFlag("duration"))));
+    let sp = plan_of("--target http://127.0.0.1:1 --workload sp_g2_p100_q10_o4_c3_r9").unwrap();
+    assert_eq!(sp.arrivals, Arrivals::Closed { concurrency: 3 });
+    assert_eq!(sp.planned_requests(), Some(9));
+}

@@ -33,7 +33,12 @@ async fn streamed_chat_has_vllm_shape() {
     assert_eq!(chunks[6]["choices"], json!([]));
     assert_eq!(
         chunks[6]["usage"],
-        json!({"prompt_tokens": 100, "total_tokens": 105, "completion_tokens": 5})
+        json!({
+            "prompt_tokens": 100,
+            "total_tokens": 105,
+            "completion_tokens": 5,
+            "prompt_tokens_details": {"cached_tokens": 0},
+        })
     );
     assert!(chunks.iter().all(|c| c["id"] == chunks[0]["id"]));
     assert_eq!(events[7], "[DONE]");

@@ -9,27 +9,11 @@
 mod sim_support;
 
 use laneway::sim::Profile;
-use sim_support::{chat_body, metric, metrics_text, start, url};
+use sim_support::{chat_body, expected_ttft_from, metric, metrics_text, start, url};
 
-/// Single-request TTFT (seconds) of an idle replica, from the profile's parameters: API
-/// preprocessing, the chunked-prefill steps, and the first event's send cost.
+/// Single-request TTFT (seconds) of an idle replica, nothing cached.
 fn expected_ttft(profile: &Profile, prompt_tokens: u64) -> f64 {
-    let api = &profile.api;
-    let engine = &profile.engine;
-    let mut micros = api.request_overhead_us
-        + api.tokenize_us_per_token * prompt_tokens as f64
-        + api.per_chunk_us;
-    let mut position = 0;
-    while position < prompt_tokens {
-        let chunk = (prompt_tokens - position).min(engine.max_num_batched_tokens);
-        micros += engine.step_base_us
-            + engine.prefill_us_per_token * chunk as f64
-            + engine.attention_ns_per_token_pair / 1000.0
-                * chunk as f64
-                * (position as f64 + chunk as f64 / 2.0);
-        position += chunk;
-    }
-    micros / 1e6
+    expected_ttft_from(profile, prompt_tokens, 0)
 }
 
 /// Batch-1 TPOT (seconds): one decode per step.

@@ -43,7 +43,13 @@ fn submit(harness: &Harness, prompt: u64, max_tokens: u64) -> mpsc::Receiver<Tok
     let (tokens, receiver) = mpsc::channel(max_tokens as usize + 1);
     harness
         .inbox
-        .send(EngineRequest { prompt_tokens: prompt, max_tokens, ready_at: SimTime(0), tokens })
+        .send(EngineRequest {
+            prompt_tokens: prompt,
+            max_tokens,
+            block_hashes: Vec::new(),
+            ready_at: SimTime(0),
+            tokens,
+        })
         .unwrap();
     receiver
 }

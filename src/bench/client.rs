@@ -104,6 +104,39 @@ impl RequestTemplate {
         Bytes::from(serde_json::to_vec(&body).expect("a JSON value always serialises"))
     }
 
+    /// A streamed body with these (role, text) messages; for `/v1/completions` their texts
+    /// one after the other. `user` fills OpenAI's `user` field (an end-user id that routers
+    /// can keep sessions on).
+    pub fn messages_body(
+        &self,
+        messages: &[(&str, &str)],
+        max_tokens: u64,
+        user: Option<&str>,
+    ) -> Bytes {
+        let mut body = match self.endpoint {
+            Endpoint::Chat => serde_json::json!({
+                "model": self.model,
+                "messages": messages
+                    .iter()
+                    .map(|(role, text)| serde_json::json!({"role": role, "content": text}))
+                    .collect::<Vec<_>>(),
+            }),
+            Endpoint::Completions => serde_json::json!({
+                "model": self.model,
+                "prompt": messages.iter().map(|(_, text)| *text).collect::<String>(),
+            }),
+        };
+        let fields = body.as_object_mut().expect("built as an object");
+        fields.insert("max_tokens".into(), max_tokens.into());
+        fields.insert("stream".into(), true.into());
+        fields.insert("stream_options".into(), serde_json::json!({"include_usage": true}));
+        fields.insert("ignore_eos".into(), true.into());
+        if let Some(user) = user {
+            fields.insert("user".into(), user.into());
+        }
+        Bytes::from(serde_json::to_vec(&body).expect("a JSON value always serialises"))
+    }
+
     /// The one non-streaming body the overhead mode sends over and over: a few prompt
     /// tokens and a single output token, so the target's own work is as small as it gets.
     pub fn tiny_body(&self) -> Bytes {
@@ -121,7 +154,7 @@ impl RequestTemplate {
         Bytes::from(serde_json::to_vec(&body).expect("a JSON value always serialises"))
     }
 
-    fn request(&self, index: u64, body: Bytes) -> Request<Full<Bytes>> {
+    fn request(&self, index: u64, body: Bytes, session: Option<&str>) -> Request<Full<Bytes>> {
         let uri = self.uris[(index % self.uris.len() as u64) as usize].clone();
         let mut request = Request::post(uri)
             .header(CONTENT_TYPE, "application/json")
@@ -130,8 +163,23 @@ impl RequestTemplate {
         for (name, value) in &self.headers {
             request.headers_mut().append(name, value.clone());
         }
+        if let Some(value) = session.and_then(|id| HeaderValue::from_str(id).ok()) {
+            request.headers_mut().insert(SESSION_HEADER, value);
+        }
         request
     }
+}
+
+/// The header that names a request's conversation, for routers with session affinity.
+pub const SESSION_HEADER: &str = "x-session-id";
+
+/// What a streamed request carries besides its body, and what is kept of its response.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StreamOptions<'a> {
+    /// Sent as `x-session-id`.
+    pub session: Option<&'a str>,
+    /// Keep the response body (a conversation needs the answer for its next turn).
+    pub keep_body: bool,
 }
 
 /// Sends one streamed request and times it; never fails, every ending is a record.
@@ -141,13 +189,16 @@ pub async fn send_streaming(
     body: Bytes,
     prompt_tokens: u64,
     expected_tokens: u64,
+    options: StreamOptions<'_>,
     record: &mut RequestRecord,
-) {
+) -> Vec<u8> {
     record.prompt_tokens = prompt_tokens;
     let index = record.index;
     let sent = Instant::now();
+    let mut kept = Vec::new();
     let exchange = async {
-        let response = match client.request(template.request(index, body)).await {
+        let request = template.request(index, body, options.session);
+        let response = match client.request(request).await {
             Ok(response) => response,
             Err(error) => return (Outcome::Connect(error_chain(&error)), None, None),
         };
@@ -162,6 +213,9 @@ pub async fn send_streaming(
             let Ok(frame) = frame else { break };
             if let Some(data) = frame.data_ref() {
                 timer.on_chunk(Instant::now(), data);
+                if options.keep_body {
+                    kept.extend_from_slice(data);
+                }
             }
         }
         (Outcome::Success, Some(status.as_u16()), Some(timer.finish(Instant::now())))
@@ -181,6 +235,7 @@ pub async fn send_streaming(
                     record.itl = figures.itl;
                     record.output_tokens = figures.output_tokens;
                     record.chunks = figures.chunks;
+                    record.cached_tokens = figures.cached_tokens;
                     if let Some(reported) = figures.prompt_tokens {
                         record.prompt_tokens = reported;
                     }
@@ -192,6 +247,7 @@ pub async fn send_streaming(
             }
         }
     }
+    kept
 }
 
 /// Sends one non-streaming request and times it to the end of its body.
@@ -204,7 +260,7 @@ pub async fn send_plain(
     let index = record.index;
     let sent = Instant::now();
     let exchange = async {
-        let response = client.request(template.request(index, body)).await?;
+        let response = client.request(template.request(index, body, None)).await?;
         let status = response.status().as_u16();
         let collected = response.into_body().collect().await;
         Ok::<_, hyper_util::client::legacy::Error>((status, collected.is_ok()))

@@ -9,8 +9,10 @@
 
 pub mod arrivals;
 pub mod client;
+pub mod conversation;
 pub mod plan;
 pub mod plot;
+pub mod prefix_workload;
 pub mod progress;
 pub mod record;
 pub mod report;
@@ -163,6 +165,8 @@ pub async fn measure(args: &BenchArgs) -> anyhow::Result<BenchOutcome> {
         let kind = match &plan.workload {
             Workload::Tiny => RequestKind::Tiny { body: template.tiny_body() },
             Workload::Streaming { mix, .. } => RequestKind::Streaming { mix: mix.clone() },
+            Workload::SharedPrefix(spec) => RequestKind::SharedPrefix { spec: *spec },
+            Workload::Conversations(spec) => RequestKind::Conversations { spec: *spec },
         };
         contexts.push(Arc::new(TargetContext {
             // One client (and pool) per target: idle connections of one do not pile up with

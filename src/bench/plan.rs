@@ -72,6 +72,11 @@ pub enum PlanError {
     TooManyRequests(u64),
     #[error("--duration {0} s is above the cap of 86400 s")]
     TooLong(f64),
+    #[error(
+        "conversations (mt_...) run in a closed loop over whole conversations: drop \
+         --{0} (use --max-concurrency and --requests)"
+    )]
+    ConversationsFlag(&'static str),
 }
 
 fn positive(flag: &'static str, value: f64) -> Result<f64, PlanError> {
@@ -163,17 +168,31 @@ impl Plan {
                 },
                 None,
             ),
-            (Workload::Streaming { concurrency, requests, .. }, Some(rate)) => (
-                Arrivals::Open { rate, max_concurrency: args.max_concurrency.or(*concurrency) },
-                *requests,
-            ),
-            (Workload::Streaming { concurrency, requests, .. }, None) => {
+            (Workload::Conversations(_), Some(_)) => {
+                return Err(PlanError::ConversationsFlag("rate"));
+            }
+            (workload, Some(rate)) => {
+                let (concurrency, requests) = workload.fixed();
+                (
+                    Arrivals::Open { rate, max_concurrency: args.max_concurrency.or(concurrency) },
+                    requests,
+                )
+            }
+            (workload, None) => {
+                let (concurrency, requests) = workload.fixed();
                 let concurrency = args
                     .max_concurrency
-                    .or(*concurrency)
+                    .or(concurrency)
                     .ok_or_else(|| PlanError::NoArrivals(args.workload.clone()))?;
-                (Arrivals::Closed { concurrency }, *requests)
+                (Arrivals::Closed { concurrency }, requests)
             }
+        };
+        let turns = match &workload {
+            Workload::Conversations(_) if args.duration.is_some() => {
+                return Err(PlanError::ConversationsFlag("duration"));
+            }
+            Workload::Conversations(spec) => Some(spec.turns),
+            _ => None,
         };
         let total = match (args.requests, args.duration) {
             (Some(_), Some(_)) => return Err(PlanError::RequestsAndDuration),
@@ -203,6 +222,19 @@ impl Plan {
             }
         };
         let rounds = args.rounds.unwrap_or_else(|| default_rounds(targets.len(), arrivals, total));
+        let rounds = match (turns, total) {
+            // Rounds hold whole conversations: split the conversations, not the requests.
+            (Some(turns), Budget::Requests(count)) => {
+                split_rounds(Budget::Requests(count.div_ceil(turns)), rounds.max(1))
+                    .into_iter()
+                    .map(|(first, budget)| match budget {
+                        Budget::Requests(n) => (first * turns, Budget::Requests(n * turns)),
+                        other => (first * turns, other),
+                    })
+                    .collect()
+            }
+            _ => split_rounds(total, rounds.max(1)),
+        };
         let headers = args
             .request
             .header
@@ -219,7 +251,7 @@ impl Plan {
             workload,
             arrivals,
             ramp_up,
-            rounds: split_rounds(total, rounds.max(1)),
+            rounds,
             slo: parse_slo(&args.output.goodput)?,
             headers,
             timeout,

@@ -79,6 +79,8 @@ pub struct RequestRecord {
     pub prompt_tokens: u64,
     /// Output tokens: `usage.completion_tokens`, else the number of choice chunks.
     pub output_tokens: u64,
+    /// Prompt tokens the target served from its prefix cache, when its usage said so.
+    pub cached_tokens: Option<u64>,
     /// Events with non-empty choices that arrived (streams only): a proxy that loses or
     /// merges chunks shows here against a direct run of the same requests.
     pub chunks: u64,
@@ -99,6 +101,7 @@ impl RequestRecord {
             itl: Vec::new(),
             prompt_tokens: 0,
             output_tokens: 0,
+            cached_tokens: None,
             chunks: 0,
         }
     }

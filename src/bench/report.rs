@@ -19,7 +19,7 @@ pub struct TargetReport {
 }
 
 /// The figures of the field's table, in its order: (heading, value, higher is better).
-fn streaming_columns(summary: &Summary) -> [(&'static str, f64, bool); 11] {
+fn streaming_columns(summary: &Summary) -> [(&'static str, f64, bool); 12] {
     [
         ("P95 latency (s)", summary.e2e.p95_ms / 1000.0, false),
         ("TTFT p50 (ms)", summary.ttft.p50_ms, false),
@@ -32,6 +32,7 @@ fn streaming_columns(summary: &Summary) -> [(&'static str, f64, bool); 11] {
         ("completion tok/s", summary.completion_tokens_per_s, true),
         ("goodput (req/s)", summary.goodput_rps.unwrap_or(f64::NAN), true),
         ("achieved req/s", summary.achieved_rate, true),
+        ("cache hit %", summary.prefix_cache_hit_ratio.map_or(f64::NAN, |r| r * 100.0), true),
     ]
 }
 

@@ -11,7 +11,9 @@ use rand::rngs::StdRng;
 use tokio::sync::Semaphore;
 
 use super::arrivals::{Arrivals, PoissonSchedule};
-use super::client::{HttpClient, RequestTemplate, send_plain, send_streaming};
+use super::client::{HttpClient, RequestTemplate, StreamOptions, send_plain, send_streaming};
+use super::conversation;
+use super::prefix_workload::{ConversationSpec, PrefixSpec};
 use super::progress::Progress;
 use super::record::{Outcome, RequestRecord};
 use super::workload::{WeightedShape, Workload};
@@ -30,6 +32,14 @@ pub enum RequestKind {
     /// The overhead mode's tiny non-streaming request, one body for all.
     Tiny {
         body: Bytes,
+    },
+    /// Requests sharing prompt prefixes.
+    SharedPrefix {
+        spec: PrefixSpec,
+    },
+    /// Multi-turn conversations (closed loop only).
+    Conversations {
+        spec: ConversationSpec,
     },
 }
 
@@ -75,8 +85,15 @@ pub struct RoundResult {
 /// request timeout), and every one comes back as a record.
 pub async fn run_round(context: Arc<TargetContext>, round: Round) -> RoundResult {
     let started = Instant::now();
+    let conversations = match &context.kind {
+        RequestKind::Conversations { spec } => Some(*spec),
+        _ => None,
+    };
     let records = match round.arrivals {
-        Arrivals::Closed { concurrency } => closed_loop(context, round, concurrency, started).await,
+        Arrivals::Closed { concurrency } => match conversations {
+            Some(spec) => conversation::run_round(context, round, spec, concurrency, started).await,
+            None => closed_loop(context, round, concurrency, started).await,
+        },
         Arrivals::Open { rate, max_concurrency } => {
             open_loop(context, round, rate, max_concurrency, started).await
         }
@@ -201,15 +218,26 @@ async fn one_request(
             let shape = Workload::pick_shape(mix, &mut rng);
             let body = context.template.streaming_body(shape, context.seed, index);
             record.sent_at = started.elapsed();
-            send_streaming(
-                &context.client,
-                &context.template,
-                body,
-                shape.input_tokens,
-                shape.output_tokens,
-                &mut record,
-            )
-            .await;
+            let options = StreamOptions::default();
+            let (input, output) = (shape.input_tokens, shape.output_tokens);
+            let template = &context.template;
+            send_streaming(&context.client, template, body, input, output, options, &mut record)
+                .await;
+        }
+        RequestKind::SharedPrefix { spec } => {
+            let prompt = spec.prompt(context.seed, index);
+            let messages = [("system", prompt.context.as_str()), ("user", &prompt.question)];
+            let body = context.template.messages_body(&messages, spec.output_tokens, None);
+            let shape = spec.shape();
+            let (input, output) = (shape.input_tokens, shape.output_tokens);
+            record.sent_at = started.elapsed();
+            let template = &context.template;
+            let options = StreamOptions::default();
+            send_streaming(&context.client, template, body, input, output, options, &mut record)
+                .await;
+        }
+        RequestKind::Conversations { .. } => {
+            unreachable!("conversations run in their own loop (conversation::run_round)")
         }
         RequestKind::Tiny { body } => {
             record.sent_at = started.elapsed();

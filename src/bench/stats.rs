@@ -85,6 +85,10 @@ pub struct Summary {
     /// Fewest and most choice chunks a successful stream carried.
     pub chunks_min: u64,
     pub chunks_max: u64,
+    /// The target's reported prefix-cache hit ratio: `usage.prompt_tokens_details
+    /// .cached_tokens` over prompt tokens, for the successes that reported it (none when
+    /// none did).
+    pub prefix_cache_hit_ratio: Option<f64>,
 }
 
 /// A histogram wide enough for an hour in microseconds.
@@ -124,6 +128,8 @@ pub fn summarise(
         (histogram(), histogram(), histogram(), histogram());
     let mut summary = Summary { requests: records.len() as u64, ..Summary::default() };
     let (mut prompt_tokens, mut completion_tokens, mut good) = (0u64, 0u64, 0u64);
+    // Over the successes whose usage said how much of the prompt was cached.
+    let (mut cached_tokens, mut cache_prompt_tokens) = (0u64, 0u64);
     let mut last_send_by_round: BTreeMap<u32, Duration> = BTreeMap::new();
     for record in records {
         let last_send = last_send_by_round.entry(record.round).or_default();
@@ -145,6 +151,10 @@ pub fn summarise(
         summary.successes += 1;
         prompt_tokens += record.prompt_tokens;
         completion_tokens += record.output_tokens;
+        if let Some(cached) = record.cached_tokens {
+            cached_tokens += cached;
+            cache_prompt_tokens += record.prompt_tokens;
+        }
         e2e.saturating_record(micros(record.e2e));
         if let Some(value) = record.ttft {
             ttft.saturating_record(micros(value));
@@ -172,6 +182,8 @@ pub fn summarise(
     summary.tpm = summary.total_tokens_per_s * 60.0;
     summary.completion_tokens_per_s = completion_tokens as f64 / seconds;
     summary.goodput_rps = slo.is_set().then(|| good as f64 / seconds);
+    summary.prefix_cache_hit_ratio =
+        (cache_prompt_tokens > 0).then(|| cached_tokens as f64 / cache_prompt_tokens as f64);
     summary
 }
 

@@ -22,6 +22,7 @@ pub struct StreamTimer {
     choice_events: u64,
     usage_completion_tokens: Option<u64>,
     usage_prompt_tokens: Option<u64>,
+    usage_cached_tokens: Option<u64>,
     error: Option<String>,
     done: bool,
 }
@@ -35,6 +36,8 @@ pub struct StreamFigures {
     pub itl: Vec<Duration>,
     pub output_tokens: u64,
     pub prompt_tokens: Option<u64>,
+    /// `usage.prompt_tokens_details.cached_tokens`, when the target reported it.
+    pub cached_tokens: Option<u64>,
     /// Events that carried choices (the role chunk included).
     pub chunks: u64,
 }
@@ -52,6 +55,7 @@ impl StreamTimer {
             choice_events: 0,
             usage_completion_tokens: None,
             usage_prompt_tokens: None,
+            usage_cached_tokens: None,
             error: None,
             done: false,
         }
@@ -81,6 +85,8 @@ impl StreamTimer {
                 if let Some(usage) = usage {
                     self.usage_completion_tokens = Some(usage.completion_tokens);
                     self.usage_prompt_tokens = Some(usage.prompt_tokens);
+                    self.usage_cached_tokens =
+                        usage.prompt_tokens_details.map(|details| details.cached_tokens);
                 }
                 if let Some(message) = error {
                     self.error.get_or_insert(message);
@@ -106,6 +112,7 @@ impl StreamTimer {
             itl: self.itl,
             output_tokens: self.usage_completion_tokens.unwrap_or(self.choice_events),
             prompt_tokens: self.usage_prompt_tokens,
+            cached_tokens: self.usage_cached_tokens,
             chunks: self.choice_events,
         }
     }

@@ -1,8 +1,11 @@
 //! The field's workload notation, parsed into a typed [`Workload`]: business cases
 //! `1000/300/c6`, short-output sweeps `c2048_r4096_t128`, weighted mixes
-//! `1000/300:0.7+9000/600:0.3`, and `tiny` for the proxy-overhead mode.
+//! `1000/300:0.7+9000/600:0.3`, `tiny` for the proxy-overhead mode, and the prefix-sharing
+//! forms of [`super::prefix_workload`] (`sp_...`, `hot_...`, `mt_...`).
 
 use rand::Rng;
+
+use super::prefix_workload::{ConversationSpec, PrefixSpec, parse_conversations, parse_prefix};
 
 /// Input length a sweep uses when its spec does not name one (`_iN`): the short business
 /// case's prompt, so a sweep stresses the same entry the short case does.
@@ -33,6 +36,10 @@ pub enum Workload {
     Streaming { mix: Vec<WeightedShape>, concurrency: Option<usize>, requests: Option<u64> },
     /// Tiny non-streaming requests for measuring what a proxy adds.
     Tiny,
+    /// Streamed requests sharing prompt prefixes: groups (`sp_...`) or a hot one (`hot_...`).
+    SharedPrefix(PrefixSpec),
+    /// Multi-turn conversations (`mt_...`), each turn carrying the conversation so far.
+    Conversations(ConversationSpec),
 }
 
 /// Why a workload spec was refused; every message names the offending part.
@@ -42,7 +49,8 @@ pub enum WorkloadError {
     Empty,
     #[error(
         "`{spec}` is not a workload: expected IN/OUT/cN (e.g. 1000/300/c6), IN/OUT with \
-         --rate, cC_rR_tT (e.g. c2048_r4096_t128), a mix IN/OUT:W+IN/OUT:W, or `tiny`"
+         --rate, cC_rR_tT (e.g. c2048_r4096_t128), a mix IN/OUT:W+IN/OUT:W, `tiny`, \
+         sp_gG_pP_qQ_oO, hot_pP_qQ_oO[_hH] or mt_cC_tT_iI_oO"
     )]
     UnknownForm { spec: String },
     #[error("`{part}` in `{spec}`: {field} must be a whole number, got `{value}`")]
@@ -60,6 +68,10 @@ pub enum WorkloadError {
     UnknownSweepField { spec: String, part: String, field: String },
     #[error("`{spec}`: a sweep needs c (concurrency), r (requests) and t (output tokens)")]
     IncompleteSweep { spec: String },
+    #[error("`{part}` in `{spec}`: unknown field (expected one of the letters `{expected}`)")]
+    UnknownField { spec: String, part: String, expected: &'static str },
+    #[error("`{spec}`: the field `{letter}` is required")]
+    MissingField { spec: String, letter: char },
 }
 
 const MAX_CONCURRENCY: u64 = 100_000;
@@ -75,6 +87,12 @@ impl Workload {
         if spec.eq_ignore_ascii_case("tiny") {
             return Ok(Self::Tiny);
         }
+        if spec.starts_with("sp_") || spec.starts_with("hot_") {
+            return parse_prefix(spec).map(Self::SharedPrefix);
+        }
+        if spec.starts_with("mt_") {
+            return parse_conversations(spec).map(Self::Conversations);
+        }
         if spec.starts_with('c') && spec.contains('_') {
             return parse_sweep(spec);
         }
@@ -82,6 +100,18 @@ impl Workload {
             return parse_cases(spec);
         }
         Err(WorkloadError::UnknownForm { spec: spec.to_string() })
+    }
+
+    /// The concurrency and request count the spec itself fixes, if any.
+    pub fn fixed(&self) -> (Option<usize>, Option<u64>) {
+        match self {
+            Self::Streaming { concurrency, requests, .. } => (*concurrency, *requests),
+            Self::Tiny => (None, None),
+            Self::SharedPrefix(spec) => (spec.concurrency, spec.requests),
+            Self::Conversations(spec) => {
+                (Some(spec.conversations as usize), Some(spec.conversations * spec.turns))
+            }
+        }
     }
 
     /// Draws the shape of the next request from the mix.
@@ -168,7 +198,7 @@ fn parse_sweep(spec: &str) -> Result<Workload, WorkloadError> {
     })
 }
 
-fn number(
+pub(super) fn number(
     spec: &str,
     part: &str,
     field: &'static str,

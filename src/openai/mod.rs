@@ -6,4 +6,4 @@ pub mod request;
 pub mod sse;
 
 pub use error::{ApiError, ErrorKind};
-pub use request::{InferenceRequest, PromptInput, RequestParseError};
+pub use request::{ChatMessage, InferenceRequest, PromptInput, RequestParseError};

@@ -46,12 +46,19 @@ pub enum RequestParseError {
 /// What the prompt was given as.
 #[derive(Debug, Clone, PartialEq)]
 pub enum PromptInput {
-    /// Chat messages, already flattened to their text parts.
-    Messages(Vec<String>),
+    /// Chat messages in order, each flattened to its text parts.
+    Messages(Vec<ChatMessage>),
     /// A completion prompt as text (one or several strings).
     Text(Vec<String>),
-    /// A completion prompt given as token ids: their count is exact.
-    TokenIds(u64),
+    /// A completion prompt given as token ids (nested lists flattened): their count is exact.
+    TokenIds(Vec<u64>),
+}
+
+/// One chat message: its role and its text parts joined.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatMessage {
+    pub role: String,
+    pub text: String,
 }
 
 /// The routing- and simulation-relevant fields of an inference request.
@@ -83,6 +90,8 @@ struct RawRequest {
 
 #[derive(Deserialize)]
 struct RawMessage {
+    #[serde(default)]
+    role: Option<String>,
     #[serde(default)]
     content: Option<RawContent>,
 }
@@ -134,20 +143,21 @@ impl InferenceRequest {
         match &self.prompt {
             PromptInput::Messages(messages) => messages
                 .iter()
-                .map(|text| estimate_text_tokens(text) + CHAT_TOKENS_PER_MESSAGE)
+                .map(|message| estimate_text_tokens(&message.text) + CHAT_TOKENS_PER_MESSAGE)
                 .sum(),
             PromptInput::Text(texts) => texts.iter().map(|text| estimate_text_tokens(text)).sum(),
-            PromptInput::TokenIds(count) => *count,
+            PromptInput::TokenIds(ids) => ids.len() as u64,
         }
     }
 }
 
-fn message_text(message: RawMessage) -> String {
-    match message.content {
+fn message_text(message: RawMessage) -> ChatMessage {
+    let text = match message.content {
         None => String::new(),
         Some(RawContent::Text(text)) => text,
         Some(RawContent::Parts(parts)) => parts.into_iter().filter_map(|p| p.text).collect(),
-    }
+    };
+    ChatMessage { role: message.role.unwrap_or_default(), text }
 }
 
 fn parse_prompt(value: serde_json::Value) -> Result<PromptInput, RequestParseError> {
@@ -162,18 +172,18 @@ fn parse_prompt(value: serde_json::Value) -> Result<PromptInput, RequestParseErr
             items.into_iter().filter_map(|v| v.as_str().map(str::to_owned)).collect(),
         )),
         Value::Array(items) if items.iter().all(Value::is_u64) => {
-            Ok(PromptInput::TokenIds(items.len() as u64))
+            Ok(PromptInput::TokenIds(items.iter().filter_map(Value::as_u64).collect()))
         }
         Value::Array(items) if items.iter().all(Value::is_array) => {
-            let mut count = 0;
+            let mut all = Vec::new();
             for item in &items {
                 let ids = item.as_array().expect("checked above");
                 if !ids.iter().all(Value::is_u64) {
                     return Err(invalid("nested prompt arrays must hold token ids"));
                 }
-                count += ids.len() as u64;
+                all.extend(ids.iter().filter_map(Value::as_u64));
             }
-            Ok(PromptInput::TokenIds(count))
+            Ok(PromptInput::TokenIds(all))
         }
         _ => Err(invalid("must be a string, a list of strings or a list of token ids")),
     }
@@ -206,7 +216,8 @@ mod tests {
         let body = br#"{"messages":[{"role":"user","content":[{"type":"text","text":"abcd"},
             {"type":"image_url","image_url":{"url":"x"}},{"type":"text","text":"efgh"}]}]}"#;
         let request = InferenceRequest::parse(Endpoint::Chat, body).unwrap();
-        assert_eq!(request.prompt, PromptInput::Messages(vec!["abcdefgh".into()]));
+        let message = ChatMessage { role: "user".into(), text: "abcdefgh".into() };
+        assert_eq!(request.prompt, PromptInput::Messages(vec![message]));
     }
 
     #[test]

@@ -19,6 +19,16 @@ pub struct Usage {
     pub prompt_tokens: u64,
     #[serde(default)]
     pub completion_tokens: u64,
+    /// vLLM sends it with prefix caching: the prompt tokens served from the cache.
+    #[serde(default)]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+/// The breakdown of a usage's prompt tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+pub struct PromptTokensDetails {
+    #[serde(default)]
+    pub cached_tokens: u64,
 }
 
 /// What one SSE event carried.
@@ -182,7 +192,11 @@ data: [DONE]\n\n";
             SseEvent::Data { has_choices: true, usage: None, error: None },
             SseEvent::Data {
                 has_choices: false,
-                usage: Some(Usage { prompt_tokens: 7, completion_tokens: 2 }),
+                usage: Some(Usage {
+                    prompt_tokens: 7,
+                    completion_tokens: 2,
+                    prompt_tokens_details: None,
+                }),
                 error: None,
             },
             SseEvent::Done,

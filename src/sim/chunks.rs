@@ -15,7 +15,7 @@ pub fn token_text(seed: u64, index: u64) -> &'static str {
 }
 
 /// SplitMix64's finaliser: a cheap, well-spread hash for reproducible choices.
-fn mix(mut value: u64) -> u64 {
+pub(crate) fn mix(mut value: u64) -> u64 {
     value = value.wrapping_add(0x9e37_79b9_7f4a_7c15);
     value = (value ^ (value >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     value = (value ^ (value >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
@@ -28,11 +28,32 @@ pub struct Usage {
     pub prompt_tokens: u64,
     pub total_tokens: u64,
     pub completion_tokens: u64,
+    /// With prefix caching on: the prompt tokens served from the cache.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+/// OpenAI's breakdown of the prompt tokens.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct PromptTokensDetails {
+    pub cached_tokens: u64,
 }
 
 impl Usage {
     pub fn new(prompt_tokens: u64, completion_tokens: u64) -> Self {
-        Self { prompt_tokens, total_tokens: prompt_tokens + completion_tokens, completion_tokens }
+        Self {
+            prompt_tokens,
+            total_tokens: prompt_tokens + completion_tokens,
+            completion_tokens,
+            prompt_tokens_details: None,
+        }
+    }
+
+    /// Adds the cached-token count (`None` when prefix caching is off).
+    pub fn with_cached(mut self, cached_tokens: Option<u64>) -> Self {
+        self.prompt_tokens_details =
+            cached_tokens.map(|cached_tokens| PromptTokensDetails { cached_tokens });
+        self
     }
 }
 

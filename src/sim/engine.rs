@@ -2,8 +2,10 @@
 //!
 //! # Scheduling (per step)
 //! 1. Waiting requests are admitted in FIFO order while fewer than `max_num_seqs` run and
-//!    the KV cache can reserve `prompt + max_tokens` tokens for them (reserved in full at
-//!    admission, released at the end: no preemption). The head of the queue blocks the rest.
+//!    the KV cache can reserve `prompt + max_tokens` tokens for them, less the prompt
+//!    blocks found in the prefix cache (reserved in full at admission, released at the end:
+//!    no preemption; see [`super::kv_cache`]). The head of the queue blocks the rest. A
+//!    request's cached prompt tokens are not prefilled: its prefill starts after them.
 //! 2. The step's token budget is `max_num_batched_tokens`: every decoding sequence takes one
 //!    token, the rest goes to prefill chunks of the running sequences in admission order
 //!    (chunked prefill). A sequence samples its first token at the end of the step that
@@ -29,6 +31,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::clock::{SimClock, SimTime};
 use super::fault::Fault;
+use super::kv_cache::{KvCache, SequenceBlocks};
 use super::metrics::SimMetrics;
 use super::profile::EngineProfile;
 
@@ -37,6 +40,8 @@ use super::profile::EngineProfile;
 pub struct EngineRequest {
     pub prompt_tokens: u64,
     pub max_tokens: u64,
+    /// The chained hashes of the prompt's full blocks (empty: nothing to share).
+    pub block_hashes: Vec<u64>,
     /// When the API worker finished preprocessing it.
     pub ready_at: SimTime,
     /// Where its tokens go. Bounded at `max_tokens + 1`, so the engine never waits on it.
@@ -51,6 +56,8 @@ pub struct TokenBatch {
     pub at: SimTime,
     /// The request has all its tokens.
     pub finished: bool,
+    /// The request's prompt tokens served from the prefix cache.
+    pub cached_tokens: u64,
 }
 
 /// Live queue figures, shared with `/load`, `/get_load` and the stats.
@@ -68,13 +75,13 @@ struct Sequence {
     prefilled: u64,
     generated: u64,
     tokens: mpsc::Sender<TokenBatch>,
+    /// Taken at admission.
+    block_hashes: Vec<u64>,
+    blocks: SequenceBlocks,
+    cached_tokens: u64,
 }
 
 impl Sequence {
-    fn kv_tokens(&self) -> u64 {
-        self.prompt_tokens + self.max_tokens
-    }
-
     fn is_decoding(&self) -> bool {
         self.prefilled == self.prompt_tokens
     }
@@ -96,7 +103,7 @@ impl Engine {
     pub async fn run(mut self) {
         let mut waiting: VecDeque<Sequence> = VecDeque::new();
         let mut running: Vec<Sequence> = Vec::new();
-        let mut kv_reserved: u64 = 0;
+        let mut kv = KvCache::new(&self.profile);
         let mut step_start = SimTime(0);
         loop {
             if running.is_empty() && waiting.is_empty() {
@@ -112,7 +119,7 @@ impl Engine {
             while let Ok(request) = self.inbox.try_recv() {
                 step_start = enqueue(&mut waiting, request, step_start);
             }
-            self.admit(&mut waiting, &mut running, &mut kv_reserved);
+            self.admit(&mut waiting, &mut running, &mut kv);
             if running.is_empty() {
                 // Only a request larger than the whole KV cache gets here (the API rejects
                 // those); drop it so its stream ends instead of blocking the queue forever.
@@ -127,9 +134,9 @@ impl Engine {
                 _ = self.clock.sleep_until(step_end) => {}
                 _ = stop.wait_for(|stopped| *stopped) => return,
             }
-            kv_reserved -= self.finish_step(&mut running, &plan, step_end);
+            self.finish_step(&mut running, &plan, step_end, &mut kv);
             step_start = step_end;
-            self.publish_load(&waiting, running.len(), kv_reserved);
+            self.publish_load(&waiting, running.len(), kv.used_tokens());
         }
     }
 
@@ -137,18 +144,29 @@ impl Engine {
         &self,
         waiting: &mut VecDeque<Sequence>,
         running: &mut Vec<Sequence>,
-        kv_reserved: &mut u64,
+        kv: &mut KvCache,
     ) {
         while let Some(head) = waiting.front() {
-            let fits = *kv_reserved + head.kv_tokens() <= self.profile.kv_cache_tokens;
-            if running.len() as u64 >= self.profile.max_num_seqs || !fits {
+            if running.len() as u64 >= self.profile.max_num_seqs {
                 break;
             }
-            let sequence = waiting.pop_front().expect("front exists");
-            *kv_reserved += sequence.kv_tokens();
+            let Some(admission) = kv.admit(&head.block_hashes, head.prompt_tokens, head.max_tokens)
+            else {
+                break;
+            };
+            let mut sequence = waiting.pop_front().expect("front exists");
+            sequence.blocks = admission.blocks;
+            sequence.cached_tokens = admission.cached_tokens;
+            sequence.prefilled = admission.cached_tokens;
+            if self.profile.enable_prefix_caching {
+                self.metrics.prefix_cache_queries.inc_by(sequence.prompt_tokens);
+                self.metrics.prefix_cache_hits.inc_by(admission.cached_tokens);
+            }
+            // vLLM counts every prompt token, cached or computed.
+            self.metrics.prompt_tokens.inc_by(admission.cached_tokens);
             running.push(sequence);
         }
-        self.publish_load(waiting, running.len(), *kv_reserved);
+        self.publish_load(waiting, running.len(), kv.used_tokens());
     }
 
     /// Decides what each running sequence does this step and what the step costs.
@@ -176,10 +194,15 @@ impl Engine {
         StepPlan { chunks, cost_us }
     }
 
-    /// Applies a finished step: advances prefills, hands out tokens, retires finished and
-    /// abandoned sequences. Returns the KV tokens released.
-    fn finish_step(&self, running: &mut Vec<Sequence>, plan: &StepPlan, at: SimTime) -> u64 {
-        let mut released = 0;
+    /// Applies a finished step: advances prefills (caching the prompt blocks computed),
+    /// hands out tokens, retires finished and abandoned sequences (freeing their KV).
+    fn finish_step(
+        &self,
+        running: &mut Vec<Sequence>,
+        plan: &StepPlan,
+        at: SimTime,
+        kv: &mut KvCache,
+    ) {
         let mut generated_total = 0;
         let mut prefilled_total = 0;
         let mut index = 0;
@@ -188,29 +211,32 @@ impl Engine {
             index += 1;
             if sequence.tokens.is_closed() {
                 // The client went away: vLLM aborts the request and frees its blocks.
-                released += sequence.kv_tokens();
+                kv.release(std::mem::take(&mut sequence.blocks));
                 return false;
             }
             sequence.prefilled += chunk;
             prefilled_total += chunk;
+            if chunk > 0 {
+                kv.prefilled(&mut sequence.blocks, sequence.prefilled);
+            }
             if !sequence.is_decoding() {
                 return true;
             }
             sequence.generated += 1;
             generated_total += 1;
             let finished = sequence.generated >= sequence.max_tokens;
-            let batch = TokenBatch { count: 1, at, finished };
+            let cached_tokens = sequence.cached_tokens;
+            let batch = TokenBatch { count: 1, at, finished, cached_tokens };
             // The channel holds max_tokens + 1 batches, so only a gone receiver fails here.
             let delivered = sequence.tokens.try_send(batch).is_ok();
             let keep = delivered && !finished;
             if !keep {
-                released += sequence.kv_tokens();
+                kv.release(std::mem::take(&mut sequence.blocks));
             }
             keep
         });
         self.metrics.prompt_tokens.inc_by(prefilled_total);
         self.metrics.generation_tokens.inc_by(generated_total);
-        released
     }
 
     fn publish_load(&self, waiting: &VecDeque<Sequence>, running: usize, kv_reserved: u64) {
@@ -246,6 +272,9 @@ fn enqueue(
         prefilled: 0,
         generated: 0,
         tokens: request.tokens,
+        block_hashes: request.block_hashes,
+        blocks: SequenceBlocks::default(),
+        cached_tokens: 0,
     });
     step_start.max(request.ready_at)
 }

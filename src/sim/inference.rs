@@ -13,7 +13,9 @@ use super::chunks::{ResponseWriter, Usage};
 use super::clock::SimTime;
 use super::engine::{EngineRequest, TokenBatch};
 use super::metrics::FinishedTiming;
+use super::prefix_cache::block_hashes;
 use super::profile::Profile;
+use super::prompt_tokens::prompt_token_ids;
 use super::state::SimState;
 use super::stats::InFlightGuard;
 use super::stream::StreamJob;
@@ -91,10 +93,17 @@ pub async fn serve(
     let ready_at = state.workers.preprocess(worker, &state.clock, arrival, preprocessing_us).await;
     state.clock.sleep_until(ready_at).await;
 
+    let engine = &profile.engine;
+    let hashes = if engine.enable_prefix_caching {
+        block_hashes(&prompt_token_ids(&request.prompt), engine.block_size as usize)
+    } else {
+        Vec::new()
+    };
     let (token_sender, tokens) = mpsc::channel(lengths.max_tokens as usize + 1);
     let submitted = state.engine_inbox.send(EngineRequest {
         prompt_tokens: lengths.prompt_tokens,
         max_tokens: lengths.max_tokens,
+        block_hashes: hashes,
         ready_at,
         tokens: token_sender,
     });
@@ -146,8 +155,10 @@ async fn collect(
     let mut generated = 0;
     let mut first_token_at = None;
     let mut last_token_at = arrival;
+    let mut cached_tokens = 0;
     while let Some(batch) = tokens.recv().await {
         first_token_at.get_or_insert(batch.at);
+        cached_tokens = batch.cached_tokens;
         generated += batch.count;
         last_token_at = batch.at;
         if batch.finished {
@@ -168,7 +179,9 @@ async fn collect(
         finished: done,
         tokens: generated,
     });
-    let usage = Usage::new(lengths.prompt_tokens, generated);
+    let caching = state.config.profile.engine.enable_prefix_caching;
+    let usage =
+        Usage::new(lengths.prompt_tokens, generated).with_cached(caching.then_some(cached_tokens));
     body::json_response(writer.full_body(usage))
 }
 

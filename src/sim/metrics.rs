@@ -44,6 +44,11 @@ pub struct SimMetrics {
     pub gpu_cache_usage_perc: Gauge,
     pub prompt_tokens: IntCounter,
     pub generation_tokens: IntCounter,
+    /// Prompt tokens looked up in the prefix cache (every prompt token of every admitted
+    /// request while caching is on).
+    pub prefix_cache_queries: IntCounter,
+    /// Of those, the tokens found cached.
+    pub prefix_cache_hits: IntCounter,
     pub request_success: IntCounterVec,
     pub time_to_first_token: Histogram,
     pub inter_token_latency: Histogram,
@@ -85,6 +90,14 @@ impl SimMetrics {
                 "vllm:generation_tokens_total",
                 "Number of generation tokens processed.",
             ))?,
+            prefix_cache_queries: IntCounter::with_opts(opts(
+                "vllm:prefix_cache_queries_total",
+                "Prefix cache queries, in terms of number of queried tokens.",
+            ))?,
+            prefix_cache_hits: IntCounter::with_opts(opts(
+                "vllm:prefix_cache_hits_total",
+                "Prefix cache hits, in terms of number of cached tokens.",
+            ))?,
             request_success: IntCounterVec::new(
                 opts("vllm:request_success_total", "Count of successfully processed requests."),
                 &["finished_reason"],
@@ -123,6 +136,8 @@ impl SimMetrics {
         registry.register(Box::new(self.gpu_cache_usage_perc.clone()))?;
         registry.register(Box::new(self.prompt_tokens.clone()))?;
         registry.register(Box::new(self.generation_tokens.clone()))?;
+        registry.register(Box::new(self.prefix_cache_queries.clone()))?;
+        registry.register(Box::new(self.prefix_cache_hits.clone()))?;
         registry.register(Box::new(self.request_success.clone()))?;
         registry.register(Box::new(self.time_to_first_token.clone()))?;
         registry.register(Box::new(self.inter_token_latency.clone()))?;

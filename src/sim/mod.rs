@@ -4,7 +4,8 @@
 //! `/get_load` (SGLang's shape) and `/metrics` (vLLM's names), and models time with a
 //! continuous-batching engine ([`engine`]) behind API-server processes ([`api_workers`]) that
 //! accept connections in batches and keep them ([`accept`]), stream output with priority and
-//! preprocess new requests in the time left ([`preprocess`]). Timing parameters are data ([`profile`], `config/profiles/`).
+//! preprocess new requests in the time left ([`preprocess`]), and caches prompt prefixes as vLLM does
+//! ([`prefix_cache`], [`kv_cache`], tokens from [`prompt_tokens`]). Timing parameters are data ([`profile`], `config/profiles/`).
 //! Faults ([`Fault`]) break and heal a replica at runtime. See `docs/sim.md`.
 //!
 //! Start one in-process with [`spawn`]; the CLI ([`run`]) is a thin shell over it.
@@ -19,9 +20,12 @@ pub mod config;
 pub mod engine;
 pub mod fault;
 pub mod inference;
+pub mod kv_cache;
 pub mod metrics;
+pub mod prefix_cache;
 pub mod preprocess;
 pub mod profile;
+pub mod prompt_tokens;
 pub mod routes;
 pub mod server;
 pub mod state;
@@ -65,15 +69,22 @@ pub struct SimArgs {
     /// Seed for every random choice.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Turn prefix caching off (vLLM's flag of the same name); the profile's
+    /// `engine.enable_prefix_caching` otherwise (on in every built-in profile).
+    #[arg(long)]
+    pub no_enable_prefix_caching: bool,
 }
 
 impl SimArgs {
     /// The validated configuration these arguments describe.
     pub fn to_config(&self) -> Result<SimConfig, SimError> {
-        let profile = match &self.config {
+        let mut profile = match &self.config {
             Some(path) => Profile::from_file(path)?,
             None => Profile::built_in(&self.profile)?,
         };
+        if self.no_enable_prefix_caching {
+            profile.engine.enable_prefix_caching = false;
+        }
         let config = SimConfig {
             id: self.id.clone().unwrap_or_else(|| format!("sim-{}", self.port)),
             host: self.host,

@@ -46,6 +46,21 @@ pub struct EngineProfile {
     pub attention_ns_per_token_pair: f64,
     /// Cost per decoding sequence in a step.
     pub decode_us_per_seq: f64,
+    /// vLLM's automatic prefix caching (on by default, as in vLLM; off is
+    /// `--no-enable-prefix-caching`): cached prompt blocks skip prefill.
+    #[serde(default = "default_enable_prefix_caching")]
+    pub enable_prefix_caching: bool,
+    /// Tokens per KV block, the unit prefix caching shares (vLLM's `--block-size`).
+    #[serde(default = "default_block_size")]
+    pub block_size: u64,
+}
+
+fn default_enable_prefix_caching() -> bool {
+    true
+}
+
+fn default_block_size() -> u64 {
+    16
 }
 
 /// One API-server process (vLLM's `--api-server-count`): one CPU that streams output (with
@@ -122,6 +137,7 @@ impl Profile {
             ("engine.max_num_seqs", engine.max_num_seqs),
             ("engine.max_num_batched_tokens", engine.max_num_batched_tokens),
             ("engine.kv_cache_tokens", engine.kv_cache_tokens),
+            ("engine.block_size", engine.block_size),
             ("api.accept_batch_max", api.accept_batch_max),
         ];
         for (field, value) in positive {

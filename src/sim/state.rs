@@ -36,6 +36,8 @@ impl SimState {
             choice_events_sent: self.counters.choice_events_sent.load(Ordering::Relaxed),
             requests_per_worker: self.workers.requests_per_worker(),
             connections_per_worker: self.workers.connections_per_worker(),
+            prefix_cache_queries: self.metrics.prefix_cache_queries.get(),
+            prefix_cache_hits: self.metrics.prefix_cache_hits.get(),
             running: self.engine_load.running.load(Ordering::Relaxed),
             waiting: self.engine_load.waiting.load(Ordering::Relaxed),
             preprocessing_per_worker: (0..self.workers.len())

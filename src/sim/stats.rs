@@ -25,6 +25,12 @@ pub struct SimStats {
     /// a client that lost nothing counts as choice events.
     #[serde(default)]
     pub choice_events_sent: u64,
+    /// Prompt tokens looked up in the prefix cache (`vllm:prefix_cache_queries_total`).
+    #[serde(default)]
+    pub prefix_cache_queries: u64,
+    /// Prompt tokens found there (`vllm:prefix_cache_hits_total`).
+    #[serde(default)]
+    pub prefix_cache_hits: u64,
 }
 
 /// Per-replica request counters.

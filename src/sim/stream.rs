@@ -58,6 +58,8 @@ struct Progress {
     first_event_at: Option<SimTime>,
     last_event_at: Option<SimTime>,
     last_token_at: Option<SimTime>,
+    /// The request's prompt tokens served from the prefix cache (from the engine).
+    cached_tokens: u64,
 }
 
 impl StreamJob {
@@ -92,6 +94,7 @@ impl StreamJob {
             let mut count = 0;
             while let Some(batch) = pending.front().filter(|batch| batch.at <= ready) {
                 count += batch.count;
+                progress.cached_tokens = batch.cached_tokens;
                 pending.pop_front();
             }
             if self.send_tokens(&mut progress, count, ready).await.is_err() {
@@ -110,7 +113,9 @@ impl StreamJob {
             return;
         };
         if self.include_usage {
-            let usage = Usage::new(self.lengths.prompt_tokens, progress.tokens_sent);
+            let caching = self.state.config.profile.engine.enable_prefix_caching;
+            let usage = Usage::new(self.lengths.prompt_tokens, progress.tokens_sent)
+                .with_cached(caching.then_some(progress.cached_tokens));
             let event = self.writer.usage_event(usage);
             if self.send_event(&mut progress, event, last_token_at).await.is_err() {
                 return;

@@ -2,7 +2,7 @@
 //! read SSE events and metrics.
 #![allow(dead_code)]
 
-use laneway::sim::{self, SimConfig, SimHandle};
+use laneway::sim::{self, Profile, SimConfig, SimHandle};
 
 /// Starts a replica with `profile`, `api_workers` workers and clock speed `speed`.
 pub async fn start(profile: &str, api_workers: usize, speed: f64) -> SimHandle {
@@ -45,4 +45,27 @@ pub fn metric(text: &str, name: &str) -> f64 {
 
 pub async fn metrics_text(handle: &SimHandle) -> String {
     reqwest::get(url(handle, "/metrics")).await.unwrap().text().await.unwrap()
+}
+
+/// Single-request TTFT (seconds) of an idle replica, from the profile's parameters, when
+/// the first `cached` prompt tokens are in the prefix cache: API preprocessing of the whole
+/// prompt, the chunked-prefill steps of the uncached tail (attending to the cached part),
+/// and the first event's send cost.
+pub fn expected_ttft_from(profile: &Profile, prompt_tokens: u64, cached: u64) -> f64 {
+    let api = &profile.api;
+    let engine = &profile.engine;
+    let mut micros = api.request_overhead_us
+        + api.tokenize_us_per_token * prompt_tokens as f64
+        + api.per_chunk_us;
+    let mut position = cached;
+    while position < prompt_tokens {
+        let chunk = (prompt_tokens - position).min(engine.max_num_batched_tokens);
+        micros += engine.step_base_us
+            + engine.prefill_us_per_token * chunk as f64
+            + engine.attention_ns_per_token_pair / 1000.0
+                * chunk as f64
+                * (position as f64 + chunk as f64 / 2.0);
+        position += chunk;
+    }
+    micros / 1e6
 }

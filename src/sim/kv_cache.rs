@@ -1,0 +1,226 @@
+//! The engine's KV-cache accounting, in tokens: what running requests reserve privately,
+//! plus the blocks of the prefix cache ([`PrefixCache`]).
+//!
+//! # Accounting
+//! A request is admitted when its reservation fits: `prompt + max_tokens` tokens, less the
+//! prompt blocks it finds cached (those are shared, only referenced). As its prefill
+//! computes full prompt blocks, they move from its private reservation into the prefix
+//! cache, still referenced by it; when it ends, its private tokens are freed and its blocks
+//! become evictable. Cached blocks that nothing references do not block admission: they are
+//! evicted (least recently released first) to make room. So at every moment
+//! `private + 16 x cached_blocks <= capacity`, and the usage reported (vLLM's
+//! `kv_cache_usage_perc`) counts only what running requests hold.
+//!
+//! # vLLM's cap on hits
+//! The engine recomputes at least the prompt's last token, so a hit covers at most
+//! `floor((prompt - 1) / block_size)` blocks: a fully cached prompt still prefills its last
+//! partial block, or its whole last block when the prompt fills its blocks exactly.
+
+use super::prefix_cache::PrefixCache;
+use super::profile::EngineProfile;
+
+/// What one running request holds.
+#[derive(Debug, Default)]
+pub struct SequenceBlocks {
+    /// The chained hashes of its prompt's full blocks.
+    hashes: Vec<u64>,
+    /// Hashes of the cached blocks it references, in prompt order.
+    held: Vec<u64>,
+    /// Blocks of `hashes` already looked at (hit at admission, or computed since).
+    settled: usize,
+    /// Tokens reserved outside the prefix cache.
+    private: u64,
+}
+
+/// A request's admission: its blocks and the prompt tokens served from the cache.
+#[derive(Debug)]
+pub struct Admission {
+    pub blocks: SequenceBlocks,
+    pub cached_tokens: u64,
+}
+
+/// One replica's KV cache.
+#[derive(Debug)]
+pub struct KvCache {
+    capacity: u64,
+    block_size: u64,
+    /// Tokens reserved by running requests outside the prefix cache.
+    private: u64,
+    /// `None` when prefix caching is off.
+    prefix: Option<PrefixCache>,
+}
+
+impl KvCache {
+    pub fn new(profile: &EngineProfile) -> Self {
+        Self {
+            capacity: profile.kv_cache_tokens,
+            block_size: profile.block_size.max(1),
+            private: 0,
+            prefix: profile.enable_prefix_caching.then(PrefixCache::new),
+        }
+    }
+
+    /// Reserves space for a request with these prompt block hashes and lengths, if it fits
+    /// (evicting unreferenced cached blocks as needed); `None` if it does not fit now.
+    pub fn admit(&mut self, hashes: &[u64], prompt: u64, max_tokens: u64) -> Option<Admission> {
+        let size = self.block_size;
+        let max_hit = (prompt.saturating_sub(1) / size) as usize;
+        let (hit, newly_referenced) = match &self.prefix {
+            Some(cache) => {
+                let hit = cache.longest_hit(hashes, max_hit);
+                (hit, cache.evictable_among(&hashes[..hit]))
+            }
+            None => (0, 0),
+        };
+        let cached_tokens = hit as u64 * size;
+        let private = prompt + max_tokens - cached_tokens;
+        let referenced = self.referenced_blocks() + newly_referenced;
+        if self.private + referenced * size + private > self.capacity {
+            return None;
+        }
+        let held = hashes[..hit].to_vec();
+        if let Some(cache) = &mut self.prefix {
+            cache.acquire(&held);
+        }
+        self.private += private;
+        self.evict_to_fit();
+        let blocks = SequenceBlocks { hashes: hashes.to_vec(), held, settled: hit, private };
+        Some(Admission { blocks, cached_tokens })
+    }
+
+    /// Moves the full prompt blocks a request has computed (its first `prefilled` tokens)
+    /// into the prefix cache.
+    pub fn prefilled(&mut self, blocks: &mut SequenceBlocks, prefilled: u64) {
+        let Some(cache) = &mut self.prefix else { return };
+        let full = ((prefilled / self.block_size) as usize).min(blocks.hashes.len());
+        for &hash in &blocks.hashes[blocks.settled.min(full)..full] {
+            if cache.insert(hash) {
+                blocks.held.push(hash);
+                blocks.private -= self.block_size;
+                self.private -= self.block_size;
+            }
+        }
+        blocks.settled = blocks.settled.max(full);
+    }
+
+    /// Frees a finished or aborted request's reservation; its blocks stay cached.
+    pub fn release(&mut self, blocks: SequenceBlocks) {
+        self.private -= blocks.private;
+        if let Some(cache) = &mut self.prefix {
+            cache.release(&blocks.held);
+        }
+    }
+
+    /// Tokens running requests hold (their reservations and the blocks they reference).
+    pub fn used_tokens(&self) -> u64 {
+        self.private + self.referenced_blocks() * self.block_size
+    }
+
+    /// Cached blocks, referenced or not.
+    pub fn cached_blocks(&self) -> u64 {
+        self.prefix.as_ref().map_or(0, PrefixCache::blocks)
+    }
+
+    /// Whether a block with this hash is cached.
+    pub fn is_cached(&self, hash: u64) -> bool {
+        self.prefix.as_ref().is_some_and(|cache| cache.contains(hash))
+    }
+
+    fn referenced_blocks(&self) -> u64 {
+        self.prefix.as_ref().map_or(0, |cache| cache.blocks() - cache.evictable_blocks())
+    }
+
+    fn evict_to_fit(&mut self) {
+        let Some(cache) = &mut self.prefix else { return };
+        while self.private + cache.blocks() * self.block_size > self.capacity {
+            if cache.evict_one().is_none() {
+                break;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::prefix_cache::block_hashes;
+    use crate::sim::profile::Profile;
+
+    fn cache(capacity: u64) -> KvCache {
+        let mut profile = Profile::built_in("tiny").unwrap().engine;
+        profile.kv_cache_tokens = capacity;
+        KvCache::new(&profile)
+    }
+
+    /// The block hashes of a prompt of `tokens` tokens whose ids start at `first`.
+    fn prompt(first: u64, tokens: u64) -> Vec<u64> {
+        block_hashes(&(first..first + tokens).collect::<Vec<_>>(), 16)
+    }
+
+    /// Admits, prefills and finishes one request; returns its cached tokens.
+    fn serve(kv: &mut KvCache, hashes: &[u64], tokens: u64, max_tokens: u64) -> u64 {
+        let mut admission = kv.admit(hashes, tokens, max_tokens).expect("fits");
+        kv.prefilled(&mut admission.blocks, tokens);
+        kv.release(admission.blocks);
+        admission.cached_tokens
+    }
+
+    #[test]
+    fn finished_prompts_stay_cached_and_are_evicted_least_recent_first() {
+        let mut kv = cache(200);
+        let (a, b, c) = (prompt(0, 64), prompt(1000, 64), prompt(2000, 100));
+        assert_eq!(serve(&mut kv, &a, 64, 16), 0);
+        assert_eq!(serve(&mut kv, &b, 64, 16), 0);
+        assert_eq!((kv.cached_blocks(), kv.used_tokens()), (8, 0), "cached, not in use");
+
+        // 130 tokens do not fit beside 128 cached ones in 200, but unreferenced blocks do
+        // not block admission: four are evicted, all of the prompt released first.
+        let running = kv.admit(&c, 100, 30).expect("evictable blocks make room");
+        assert_eq!(kv.cached_blocks(), 4);
+        assert!(a.iter().all(|&hash| !kv.is_cached(hash)));
+        assert!(b.iter().all(|&hash| kv.is_cached(hash)));
+        kv.release(running.blocks);
+
+        // B is hit up to its last full block before its last token; A is gone.
+        assert_eq!(serve(&mut kv, &b, 64, 16), 48);
+        assert_eq!(serve(&mut kv, &a, 64, 16), 0);
+    }
+
+    #[test]
+    fn a_tail_is_evicted_before_its_head() {
+        let mut kv = cache(200);
+        let a = prompt(0, 128);
+        serve(&mut kv, &a, 128, 8);
+        // A 100 + 20 token request needs 120 of 200: three of A's eight blocks must go.
+        let running = kv.admit(&prompt(5000, 100), 100, 20).unwrap();
+        let kept: Vec<bool> = a.iter().map(|&hash| kv.is_cached(hash)).collect();
+        assert_eq!(kept, [true, true, true, true, true, false, false, false]);
+        kv.release(running.blocks);
+        assert_eq!(serve(&mut kv, &a, 128, 8), 5 * 16, "the surviving head is still a hit");
+    }
+
+    #[test]
+    fn referenced_blocks_hold_their_space() {
+        let mut kv = cache(200);
+        let a = prompt(0, 64);
+        let mut running = kv.admit(&a, 64, 16).unwrap();
+        kv.prefilled(&mut running.blocks, 64);
+        assert_eq!(kv.used_tokens(), 80);
+        assert!(kv.admit(&prompt(1000, 100), 100, 21).is_none(), "121 > 200 - 80");
+        // A second request on the same prompt shares the blocks instead of reserving them.
+        let shared = kv.admit(&a, 64, 16).unwrap();
+        assert_eq!(shared.cached_tokens, 48);
+        assert_eq!(kv.used_tokens(), 80 + (64 - 48 + 16));
+    }
+
+    #[test]
+    fn without_prefix_caching_nothing_is_shared() {
+        let mut profile = Profile::built_in("tiny").unwrap().engine;
+        profile.enable_prefix_caching = false;
+        let mut kv = KvCache::new(&profile);
+        let a = prompt(0, 64);
+        assert_eq!(serve(&mut kv, &a, 64, 16), 0);
+        assert_eq!(serve(&mut kv, &a, 64, 16), 0);
+        assert_eq!((kv.cached_blocks(), kv.used_tokens()), (0, 0));
+    }
+}
