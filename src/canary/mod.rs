@@ -6,10 +6,15 @@
 //! on the request path.
 
 pub mod assign;
+pub mod betting;
 pub mod compare;
+pub mod guard;
+pub mod rate;
 pub mod report;
 pub mod reservoir;
+pub mod sequential;
 pub mod series;
+pub mod tail;
 pub mod tally;
 
 use std::collections::HashMap;
