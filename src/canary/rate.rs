@@ -60,7 +60,7 @@ impl RateTest {
         let estimate =
             (n > 0).then(|| (self.scores.up as f64 - self.scores.down as f64) / n as f64);
         let ladder = (1..400).map(|i| -1.0 + STEP * f64::from(i));
-        let low = ladder.clone().filter(|&d| log_wealth(self.scores, d) >= target).last();
+        let low = ladder.clone().rev().find(|&d| log_wealth(self.scores, d) >= target);
         let high = ladder.clone().find(|&d| log_wealth(self.scores.flipped(), -d) >= target);
         (estimate, low, high)
     }

@@ -257,7 +257,7 @@ mod tests {
             let (variant, side) =
                 if side == 0 { (baseline, Side::Baseline) } else { (candidate, Side::Candidate) };
             comparison.observe(side, &variant.outcome(&mut rng), &slo);
-            if (2 * per_side - left[0] - left[1]) % look_every == 0 {
+            if (2 * per_side - left[0] - left[1]).is_multiple_of(look_every) {
                 looks.push(comparison.decision());
             }
         }
