@@ -6,25 +6,47 @@
 //! on the request path.
 
 pub mod assign;
+pub mod betting;
 pub mod compare;
+pub mod guard;
+pub mod rate;
 pub mod report;
 pub mod reservoir;
+pub mod sequential;
 pub mod series;
+pub mod tail;
 pub mod tally;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 pub use assign::{AssignError, VariantTable, WeightedVariant};
 pub use compare::{CompareSettings, Verdict};
-pub use report::{Report, render_text};
+pub use guard::{Decision, GuardSettings, Metric};
+pub use report::{CanaryAction, Report, render_text};
 pub use tally::{Outcome, Slo};
 
+use sequential::{Comparison, Side};
 use series::Series;
+
+/// Actions the report keeps (the latest).
+const ACTIONS_KEPT: usize = 50;
+
+/// Each candidate's current verdict, keyed by (entry, variant): what automation acts on.
+pub type Decisions = HashMap<(String, String), CandidateDecision>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CandidateDecision {
+    pub decision: Decision,
+    /// Pairs of requests behind it.
+    pub pairs: u64,
+    /// How many times the comparison was restarted (after a promotion step).
+    pub generation: u64,
+}
 
 /// Outcomes queued for the recorder before new ones are dropped (and counted).
 const QUEUE_CAPACITY: usize = 65_536;
@@ -37,6 +59,7 @@ pub struct CanarySettings {
     pub window: Duration,
     pub slo: Slo,
     pub compare: CompareSettings,
+    pub guard: GuardSettings,
 }
 
 impl Default for CanarySettings {
@@ -45,6 +68,7 @@ impl Default for CanarySettings {
             window: Duration::from_secs(300),
             slo: Slo::default(),
             compare: CompareSettings::default(),
+            guard: GuardSettings::default(),
         }
     }
 }
@@ -54,6 +78,8 @@ enum Command {
     Report(oneshot::Sender<Report>),
     SetLayout(Layout),
     SetSlo(Slo),
+    Action(CanaryAction),
+    Restart(String, String),
 }
 
 /// A handle to the canary recorder task; cheap to clone.
@@ -61,6 +87,7 @@ enum Command {
 pub struct CanaryRecorder {
     commands: mpsc::Sender<Command>,
     dropped: Arc<AtomicU64>,
+    decisions: watch::Receiver<Decisions>,
 }
 
 impl CanaryRecorder {
@@ -68,10 +95,34 @@ impl CanaryRecorder {
     pub fn spawn(settings: CanarySettings, layout: Layout) -> Self {
         let (commands, receiver) = mpsc::channel(QUEUE_CAPACITY);
         let dropped = Arc::new(AtomicU64::new(0));
-        let state =
-            RecorderState { settings, layout, series: HashMap::new(), dropped: dropped.clone() };
+        let (publish, decisions) = watch::channel(Decisions::new());
+        let state = RecorderState {
+            settings,
+            layout,
+            series: HashMap::new(),
+            dropped: dropped.clone(),
+            comparisons: HashMap::new(),
+            actions: VecDeque::new(),
+            publish,
+        };
         tokio::spawn(state.run(receiver));
-        Self { commands, dropped }
+        Self { commands, dropped, decisions }
+    }
+
+    /// Every candidate's verdict, updated when one changes.
+    pub fn decisions(&self) -> watch::Receiver<Decisions> {
+        self.decisions.clone()
+    }
+
+    /// Lists an action taken on a verdict in the report.
+    pub async fn record_action(&self, action: CanaryAction) {
+        let _ = self.commands.send(Command::Action(action)).await;
+    }
+
+    /// Starts a candidate's comparison afresh (after its weight was raised, the next step
+    /// must be earned by new evidence).
+    pub async fn restart(&self, entry: &str, variant: &str) {
+        let _ = self.commands.send(Command::Restart(entry.into(), variant.into())).await;
     }
 
     /// Records a finished request without waiting; if the recorder is behind, the outcome is
@@ -108,6 +159,11 @@ struct RecorderState {
     layout: Layout,
     series: HashMap<(String, String), Series>,
     dropped: Arc<AtomicU64>,
+    /// Each candidate's sequential comparison with its entry's baseline, and how often it
+    /// was restarted.
+    comparisons: HashMap<(String, String), (Comparison, u64)>,
+    actions: VecDeque<CanaryAction>,
+    publish: watch::Sender<Decisions>,
 }
 
 impl RecorderState {
@@ -120,6 +176,22 @@ impl RecorderState {
                 }
                 Command::SetLayout(layout) => self.layout = layout,
                 Command::SetSlo(slo) => self.settings.slo = slo,
+                Command::Action(action) => {
+                    if self.actions.len() == ACTIONS_KEPT {
+                        self.actions.pop_front();
+                    }
+                    self.actions.push_back(action);
+                }
+                Command::Restart(entry, variant) => {
+                    if let Some((comparison, generation)) =
+                        self.comparisons.get_mut(&(entry.clone(), variant.clone()))
+                    {
+                        *comparison = Comparison::new(&self.settings.guard);
+                        *generation += 1;
+                        let key = (entry, variant);
+                        self.publish_decision(&key);
+                    }
+                }
             }
         }
     }
@@ -130,8 +202,49 @@ impl RecorderState {
         let window = self.settings.window;
         // The series key takes the outcome's names: no copy per recorded request.
         let key = (std::mem::take(&mut outcome.entry), std::mem::take(&mut outcome.variant));
+        self.compare(&key, &outcome);
         let series = self.series.entry(key).or_insert_with(|| Series::new(window, seed, now));
         series.record(&outcome, &self.settings.slo, now);
+    }
+
+    /// Feeds the sequential comparisons: a baseline's request to each of its entry's
+    /// candidates, a candidate's to its own.
+    fn compare(&mut self, (entry, variant): &(String, String), outcome: &Outcome) {
+        let Some((_, variants)) = self.layout.iter().find(|(name, _)| name == entry) else {
+            return;
+        };
+        let Some(baseline) = variants.first() else { return };
+        let (side, candidates): (Side, Vec<String>) = if baseline == variant {
+            (Side::Baseline, variants[1..].to_vec())
+        } else if variants.contains(variant) {
+            (Side::Candidate, vec![variant.clone()])
+        } else {
+            return;
+        };
+        for candidate in candidates {
+            let key = (entry.clone(), candidate);
+            let guard = &self.settings.guard;
+            let (comparison, _) =
+                self.comparisons.entry(key.clone()).or_insert_with(|| (Comparison::new(guard), 0));
+            if comparison.observe(side, outcome, &self.settings.slo) {
+                self.publish_decision(&key);
+            }
+        }
+    }
+
+    fn publish_decision(&mut self, key: &(String, String)) {
+        let Some((comparison, generation)) = self.comparisons.get(key) else { return };
+        let current = CandidateDecision {
+            decision: comparison.decision(),
+            pairs: comparison.pairs(),
+            generation: *generation,
+        };
+        self.publish.send_if_modified(|decisions| {
+            let previous = decisions.insert(key.clone(), current);
+            previous.is_none_or(|p| {
+                (p.decision, p.generation) != (current.decision, current.generation)
+            })
+        });
     }
 
     fn report(&self, now: Instant) -> Report {
@@ -139,10 +252,15 @@ impl RecorderState {
             .layout
             .iter()
             .map(|(entry, variants)| {
-                let with_series: Vec<(&str, Option<&Series>)> = variants
+                let with_series: Vec<report::VariantData> = variants
                     .iter()
                     .map(|variant| {
-                        (variant.as_str(), self.series.get(&(entry.clone(), variant.clone())))
+                        let key = (entry.clone(), variant.clone());
+                        (
+                            variant.as_str(),
+                            self.series.get(&key),
+                            self.comparisons.get(&key).map(|(c, _)| c),
+                        )
                     })
                     .collect();
                 report::entry_report(entry, &with_series, &self.settings.compare, now)
@@ -153,6 +271,7 @@ impl RecorderState {
             slo: self.settings.slo,
             entries,
             dropped_outcomes: self.dropped.load(Ordering::Relaxed),
+            actions: self.actions.iter().cloned().collect(),
         }
     }
 }

@@ -8,6 +8,8 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use super::compare::{CompareSettings, Verdict, compare};
+use super::guard::{Decision, MetricVerdict};
+use super::sequential::Comparison;
 use super::series::Series;
 use super::tally::{Slo, Tally};
 
@@ -25,7 +27,39 @@ pub struct Summary {
     pub tpm: f64,
     pub tokens_per_s: f64,
     pub goodput_per_s: f64,
+    /// Points `[quantile, ms]` of the TTFT and TPOT distributions, for charts.
+    pub ttft_cdf_ms: Vec<[f64; 2]>,
+    pub tpot_cdf_ms: Vec<[f64; 2]>,
 }
+
+/// The quantiles a chart is drawn through.
+const CDF_POINTS: [f64; 12] = [0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.98, 0.99, 0.995, 1.0];
+
+/// A candidate's sequential verdict against its baseline since the comparison began.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Judgement {
+    /// Worse if any guarded metric is worse beyond its margin.
+    pub verdict: Decision,
+    pub pairs: u64,
+    pub metrics: Vec<MetricVerdict>,
+}
+
+/// Something done on a verdict (automation), as the report lists it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CanaryAction {
+    pub unix_seconds: f64,
+    pub entry: String,
+    pub variant: String,
+    /// `rollback` or `promote`.
+    pub action: &'static str,
+    pub from_weight: u32,
+    pub to_weight: u32,
+    pub verdict: Decision,
+    pub pairs: u64,
+}
+
+/// A variant's name, recorded series and comparison, as the report reads them.
+pub type VariantData<'a> = (&'a str, Option<&'a Series>, Option<&'a Comparison>);
 
 /// TTFT and TPOT verdicts of a variant against its entry's baseline.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -42,6 +76,8 @@ pub struct VariantReport {
     /// Absent for the baseline itself.
     pub window_vs_baseline: Option<Verdicts>,
     pub since_start_vs_baseline: Option<Verdicts>,
+    /// The anytime-valid verdict; absent for the baseline.
+    pub judgement: Option<Judgement>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -58,6 +94,8 @@ pub struct Report {
     pub entries: Vec<EntryReport>,
     /// Outcomes the recorder could not keep up with (never expected; counted if it happens).
     pub dropped_outcomes: u64,
+    /// Weight changes made on verdicts, oldest first.
+    pub actions: Vec<CanaryAction>,
 }
 
 /// Summarises tallies measured over `span`.
@@ -77,6 +115,12 @@ pub fn summarise<'a>(tallies: impl Iterator<Item = &'a Tally>, span: Duration) -
     let quantile = |histogram: &Histogram<u64>, q: f64, scale: f64| {
         (!histogram.is_empty()).then(|| histogram.value_at_quantile(q) as f64 / scale)
     };
+    let cdf = |histogram: &Histogram<u64>| {
+        if histogram.is_empty() {
+            return Vec::new();
+        }
+        CDF_POINTS.map(|q| [q, histogram.value_at_quantile(q) as f64 / 1e3]).to_vec()
+    };
     let seconds = span.as_secs_f64().max(1e-9);
     Summary {
         span_seconds: span.as_secs_f64(),
@@ -90,6 +134,8 @@ pub fn summarise<'a>(tallies: impl Iterator<Item = &'a Tally>, span: Duration) -
         tpm: tokens as f64 / seconds * 60.0,
         tokens_per_s: tokens as f64 / seconds,
         goodput_per_s: good as f64 / seconds,
+        ttft_cdf_ms: cdf(&ttft),
+        tpot_cdf_ms: cdf(&tpot),
     }
 }
 
@@ -117,7 +163,7 @@ fn verdicts(
 /// A variant with no series yet reports zeros and "not enough data".
 pub fn entry_report(
     entry: &str,
-    variants: &[(&str, Option<&Series>)],
+    variants: &[VariantData],
     settings: &CompareSettings,
     now: Instant,
 ) -> EntryReport {
@@ -127,12 +173,12 @@ pub fn entry_report(
     let start_samples = |series: Option<&Series>| {
         series.map(|s| samples(std::iter::once(&s.since_start))).unwrap_or_default()
     };
-    let baseline = variants.first().and_then(|(_, series)| *series);
+    let baseline = variants.first().and_then(|(_, series, _)| *series);
     let (baseline_window, baseline_start) = (window_samples(baseline), start_samples(baseline));
     let reports = variants
         .iter()
         .enumerate()
-        .map(|(index, (name, series))| {
+        .map(|(index, (name, series, comparison))| {
             let (window, since_start) = match series {
                 Some(series) => (
                     summarise(series.window_tallies(now), series.window_span(now)),
@@ -152,12 +198,22 @@ pub fn entry_report(
                     .then(|| verdicts(&baseline_window, &window_samples(*series), settings)),
                 since_start_vs_baseline: (!is_baseline)
                     .then(|| verdicts(&baseline_start, &start_samples(*series), settings)),
+                judgement: (!is_baseline).then(|| match comparison {
+                    Some(comparison) => Judgement {
+                        verdict: comparison.decision(),
+                        pairs: comparison.pairs(),
+                        metrics: comparison.verdicts(),
+                    },
+                    None => {
+                        Judgement { verdict: Decision::NotEnoughData, pairs: 0, metrics: vec![] }
+                    }
+                }),
             }
         })
         .collect();
     EntryReport {
         entry: entry.to_string(),
-        baseline: variants.first().map(|(name, _)| name.to_string()).unwrap_or_default(),
+        baseline: variants.first().map(|(name, _, _)| name.to_string()).unwrap_or_default(),
         variants: reports,
     }
 }
@@ -204,6 +260,11 @@ pub fn render_text(report: &Report) -> String {
             );
         }
         for variant in &entry.variants {
+            if let Some(judgement) = &variant.judgement {
+                let _ = writeln!(out, "  {}", judgement_line(&variant.variant, judgement));
+            }
+        }
+        for variant in &entry.variants {
             if let Some(verdicts) = &variant.window_vs_baseline {
                 let _ = writeln!(
                     out,
@@ -217,7 +278,65 @@ pub fn render_text(report: &Report) -> String {
         }
         out.push('\n');
     }
+    for action in &report.actions {
+        let _ = writeln!(
+            out,
+            "action: {} {} {} weight {} -> {} ({} after {} pairs)",
+            action.entry,
+            action.variant,
+            action.action,
+            action.from_weight,
+            action.to_weight,
+            action.verdict.words(),
+            action.pairs
+        );
+    }
     out
+}
+
+/// `keep_alive worse: TTFT p95 x2.10 (interval x1.35..x3.17); ...`: the verdict and the
+/// guarded metrics that decide it (all guarded ones when none does yet).
+pub fn judgement_line(variant: &str, judgement: &Judgement) -> String {
+    let guarded: Vec<&MetricVerdict> = judgement.metrics.iter().filter(|m| m.guarded).collect();
+    let deciding: Vec<&MetricVerdict> = match judgement.verdict {
+        Decision::Worse | Decision::Better => {
+            guarded.iter().copied().filter(|m| m.decision == judgement.verdict).collect()
+        }
+        _ => guarded,
+    };
+    let metrics: Vec<String> = deciding.iter().map(|m| describe_metric(m)).collect();
+    let needed = match judgement.verdict {
+        Decision::Undecided | Decision::NotEnoughData => {
+            let most = judgement.metrics.iter().filter(|m| m.guarded);
+            match most.filter_map(|m| m.more_pairs_needed).max() {
+                Some(n) => format!(" [about {n} more requests a side to decide]"),
+                None => String::new(),
+            }
+        }
+        _ => String::new(),
+    };
+    format!(
+        "{variant} {} after {} pairs: {}{needed}",
+        judgement.verdict.words(),
+        judgement.pairs,
+        metrics.join("; ")
+    )
+}
+
+fn describe_metric(verdict: &MetricVerdict) -> String {
+    let ratio = verdict.metric.quantile().is_some();
+    let value = |v: Option<f64>, open: &str| match v {
+        Some(v) if ratio => format!("x{v:.2}"),
+        Some(v) => format!("{:+.1}pt", v * 100.0),
+        None => open.to_string(),
+    };
+    let estimate = value(verdict.estimate, "-");
+    let (low, high) = (value(verdict.low, "0"), value(verdict.high, "inf"));
+    format!(
+        "{} {estimate} (interval {low}..{high}, {})",
+        verdict.metric.label(),
+        verdict.decision.words()
+    )
 }
 
 /// A verdict in words, with its confidence.

@@ -3,13 +3,15 @@
 //! [`forward`] (which connection) -> [`observe`] (what it cost). [`config`] is validated
 //! once per load; [`reload`] switches it atomically; [`health`] and [`admission`] decide
 //! which replicas take requests and how many; [`variants`] assigns canary variants;
-//! [`admin`] serves `/metrics`, `/health`, the admin API and the status page.
+//! [`canary_actions`] changes weights on verdicts when configured; [`admin`] serves
+//! `/metrics`, `/health`, the admin API and the status page.
 
 pub mod access_log;
 pub mod admin;
 pub mod admission;
 pub mod auth;
 pub mod body;
+pub mod canary_actions;
 pub mod classify;
 pub mod config;
 pub mod demo;
@@ -218,6 +220,8 @@ pub async fn spawn(config: GatewayConfig) -> anyhow::Result<GatewayHandle> {
         }
     }));
     let health_checks = health::active::spawn(live.clone());
+    // Ends with the recorder; acts only when the config enables it.
+    canary_actions::spawn(live.clone(), stopped.clone());
     let reloader = Arc::new(Reloader::start(live).await);
     Ok(GatewayHandle {
         addr,

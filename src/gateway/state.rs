@@ -52,6 +52,7 @@ impl Shared {
                     window: config.canary.window,
                     slo: config.canary.slo,
                     compare: CompareSettings::default(),
+                    guard: config.canary.guard.clone(),
                 },
                 Vec::new(),
             ),

@@ -9,8 +9,9 @@ use http::HeaderName;
 
 use super::raw::{RawAdmin, RawCanary, RawPool, RawVariant};
 use super::validate::Issues;
+use super::verdicts::{Automation, automation, guard};
 use super::{PolicyKind, ReplicaConfig};
-use crate::canary::{Slo, VariantTable, WeightedVariant};
+use crate::canary::{GuardSettings, Slo, VariantTable, WeightedVariant};
 use crate::gateway::entry::Strategy;
 
 /// The name of an entry's implicit variant when it configures none.
@@ -44,11 +45,20 @@ pub struct CanaryConfig {
     /// The report's sliding window.
     pub window: Duration,
     pub slo: Slo,
+    /// What candidates are judged on (see [`super::verdicts`]).
+    pub guard: GuardSettings,
+    pub automation: Automation,
 }
 
 impl Default for CanaryConfig {
     fn default() -> Self {
-        Self { sticky_header: None, window: Duration::from_secs(300), slo: Slo::default() }
+        Self {
+            sticky_header: None,
+            window: Duration::from_secs(300),
+            slo: Slo::default(),
+            guard: GuardSettings::default(),
+            automation: Automation::default(),
+        }
     }
 }
 
@@ -190,7 +200,13 @@ pub(super) fn canary(raw: &RawCanary, issues: &mut Issues) -> CanaryConfig {
         tpot_ms: limit("tpot_ms", raw.slo.tpot_ms),
         e2e_ms: limit("e2e_ms", raw.slo.e2e_ms),
     };
-    CanaryConfig { sticky_header, window, slo }
+    CanaryConfig {
+        sticky_header,
+        window,
+        slo,
+        guard: guard(raw, issues),
+        automation: automation(raw, issues),
+    }
 }
 
 /// The token, from the file or from the environment variable it names (read once, here).

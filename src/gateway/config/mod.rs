@@ -6,6 +6,7 @@ mod canary;
 mod raw;
 pub mod reliability;
 mod validate;
+mod verdicts;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -19,6 +20,7 @@ use crate::gateway::upstream_tls::UpstreamTlsConfig;
 
 pub use canary::{AdminConfig, CanaryConfig, DEFAULT_VARIANT_NAME, PoolConfig, VariantConfig};
 pub use validate::{ConfigError, ConfigIssue};
+pub use verdicts::Automation;
 
 /// Which policy picks a replica for a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

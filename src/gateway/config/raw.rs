@@ -113,6 +113,15 @@ pub struct RawCanary {
     pub window_seconds: Option<i64>,
     #[serde(default)]
     pub slo: RawSlo,
+    pub alpha: Option<f64>,
+    pub guard: Option<Vec<String>>,
+    #[serde(default)]
+    pub margins: std::collections::BTreeMap<String, f64>,
+    pub min_pairs: Option<i64>,
+    pub auto_rollback: Option<bool>,
+    pub promote_step: Option<i64>,
+    pub promote_max_weight: Option<i64>,
+    pub promote_min_pairs: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

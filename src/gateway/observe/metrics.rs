@@ -48,6 +48,7 @@ pub struct GatewayMetrics {
     pub requests_by_key: IntCounterVec,
     pub overhead: HistogramVec,
     pub canary_fallbacks: IntCounterVec,
+    pub canary_actions: IntCounterVec,
     replica_in_flight: IntGaugeVec,
     replica_in_flight_prompt_tokens: IntGaugeVec,
     replica_reported_waiting: IntGaugeVec,
@@ -173,6 +174,12 @@ impl GatewayMetrics {
                 "laneway_canary_fallbacks_total",
                 "Requests whose variant's pool had no available replica, served by the entry's first variant",
                 &["entry", "variant"],
+            ),
+            canary_actions: counter(
+                &r,
+                "laneway_canary_actions_total",
+                "Weight changes made on canary verdicts (action: rollback or promote)",
+                &["entry", "variant", "action"],
             ),
             replica_in_flight: int_gauge(
                 &r,
