@@ -138,7 +138,8 @@ impl Admission {
         prompt_tokens: u64,
     ) -> Result<Try, GatewayError> {
         let limits = self.limits();
-        let taken = self.in_flight.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+        // Sequentially consistent with the queue's length: see `WaitQueue::wake_front`.
+        let taken = self.in_flight.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
             (n < limits.max_in_flight).then_some(n + 1)
         });
         if taken.is_err() {
@@ -178,7 +179,7 @@ impl Admission {
 impl Drop for AdmissionPermit {
     fn drop(&mut self) {
         let admission = &self.admission;
-        let left = admission.in_flight.fetch_sub(1, Ordering::AcqRel) - 1;
+        let left = admission.in_flight.fetch_sub(1, Ordering::SeqCst) - 1;
         admission.metrics.admission_in_flight.set(left as i64);
         admission.drained.record();
         admission.queue.wake_front();

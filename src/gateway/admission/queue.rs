@@ -6,7 +6,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -15,6 +15,9 @@ use tokio::sync::Notify;
 pub struct WaitQueue {
     // Held for a few instructions, never across an await.
     waiters: Mutex<VecDeque<Arc<Waiter>>>,
+    /// The queue's length, written under the lock: every request asks whether anyone waits
+    /// (and every release whether to wake anyone), and the answer is almost always "no".
+    length: AtomicUsize,
     next_id: AtomicU64,
 }
 
@@ -33,11 +36,11 @@ pub struct Ticket<'a> {
 
 impl WaitQueue {
     pub fn len(&self) -> usize {
-        self.waiters.lock().len()
+        self.length.load(Ordering::SeqCst)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.waiters.lock().is_empty()
+        self.len() == 0
     }
 
     /// Joins at the back unless `capacity` waiters are already queued.
@@ -49,11 +52,19 @@ impl WaitQueue {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let waiter = Arc::new(Waiter { id, wake: Notify::new() });
         waiters.push_back(waiter.clone());
+        self.length.store(waiters.len(), Ordering::SeqCst);
         Some(Ticket { queue: self, waiter })
     }
 
     /// Wakes the waiter at the front (a place was freed or the replica set changed).
+    /// A waiter that joins just after this found the queue empty tries once on joining, so
+    /// the lock-free early return loses no wake-up: the length and the admission count are
+    /// both read and written sequentially consistent, so either the release sees the
+    /// joiner or the joiner's try sees the freed place.
     pub fn wake_front(&self) {
+        if self.is_empty() {
+            return;
+        }
         if let Some(front) = self.waiters.lock().front() {
             front.wake.notify_one();
         }
@@ -92,6 +103,7 @@ impl Drop for Ticket<'_> {
         if let Some(at) = waiters.iter().position(|waiter| waiter.id == self.waiter.id) {
             waiters.remove(at);
         }
+        self.queue.length.store(waiters.len(), Ordering::SeqCst);
         // A wake-up this waiter received but did not use (it left: admitted, timed out or
         // gone) belongs to the next one; a spurious wake-up only costs it one check.
         if let Some(front) = waiters.front() {

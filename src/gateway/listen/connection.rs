@@ -80,7 +80,9 @@ impl Activity {
     }
 
     fn note_read(&self, bytes: &[u8]) {
-        if !self.first_read_seen.swap(true, Ordering::Relaxed)
+        // A plain load on every read after the first; the swap only once.
+        if !self.first_read_seen.load(Ordering::Relaxed)
+            && !self.first_read_seen.swap(true, Ordering::Relaxed)
             && bytes.starts_with(b"PRI * HTTP/2.0")
         {
             self.http2.store(true, Ordering::Relaxed);
