@@ -165,10 +165,6 @@ fn warn_fixed_settings(old: &GatewayConfig, new: &GatewayConfig) {
                 != (new.short.listen, new.long.listen, new.debug.listen),
         ),
         ("limits", old.reliability.limits != new.reliability.limits),
-        (
-            "timeouts.client_header_ms",
-            old.reliability.timeouts.client_header != new.reliability.timeouts.client_header,
-        ),
     ];
     for (field, changed) in fixed {
         if changed {

@@ -39,6 +39,13 @@ pub trait Resolver: Send + Sync + 'static {
 #[derive(Debug, Default)]
 pub struct SystemResolver;
 
+/// The one shared [`SystemResolver`]: configs compare resolvers by pointer, so a reload of
+/// an unchanged `[discovery.dns]` equals the running one and does not restart it.
+fn system_resolver() -> Arc<dyn Resolver> {
+    static SYSTEM: std::sync::OnceLock<Arc<dyn Resolver>> = std::sync::OnceLock::new();
+    SYSTEM.get_or_init(|| Arc::new(SystemResolver)).clone()
+}
+
 impl Resolver for SystemResolver {
     fn resolve<'a>(
         &'a self,
@@ -83,8 +90,7 @@ impl PartialEq for DnsDiscovery {
 
 impl DnsDiscovery {
     pub fn new(name: impl Into<String>, port: u16, interval: Duration) -> Self {
-        let resolver = Arc::new(SystemResolver);
-        Self { name: name.into(), port, interval, https: false, resolver }
+        Self { name: name.into(), port, interval, https: false, resolver: system_resolver() }
     }
 
     pub fn from_raw(raw: &RawDns) -> Result<Self, Vec<(String, String)>> {
