@@ -21,6 +21,12 @@ async fn raw_status(gateway: &GatewayHandle, request: &[u8]) -> u16 {
     let mut stream = TcpStream::connect(gateway.addr()).await.unwrap();
     // The server may answer and close before reading everything (413, 431): ignore that.
     let _ = stream.write_all(request).await;
+    let head = read_head(&mut stream).await;
+    head.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or(0)
+}
+
+/// Reads until a response head has arrived or the server closed (bounded at 10 s).
+async fn read_head(stream: &mut (impl tokio::io::AsyncRead + Unpin)) -> String {
     let mut received = Vec::new();
     let mut buffer = [0u8; 4096];
     let read = async {
@@ -32,8 +38,7 @@ async fn raw_status(gateway: &GatewayHandle, request: &[u8]) -> u16 {
         }
     };
     tokio::time::timeout(Duration::from_secs(10), read).await.expect("no answer within 10 s");
-    let head = String::from_utf8_lossy(&received);
-    head.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or(0)
+    String::from_utf8_lossy(&received).into_owned()
 }
 
 /// A corpus file: `# expect STATUS`, then the request with LF line ends in its head
@@ -345,18 +350,7 @@ async fn a_slowly_dribbled_body_is_cut_with_408() {
         }
         sent
     });
-    let mut received = Vec::new();
-    let mut buffer = [0u8; 4096];
-    let read = async {
-        while !received.windows(4).any(|w| w == b"\r\n\r\n") {
-            match reader.read(&mut buffer).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => received.extend_from_slice(&buffer[..n]),
-            }
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), read).await.expect("an answer within 10 s");
-    let head = String::from_utf8_lossy(&received);
+    let head = read_head(&mut reader).await;
     assert!(head.starts_with("HTTP/1.1 408"), "{head}");
     dribble.abort();
     let metrics = gateway.metrics_text();
