@@ -64,7 +64,7 @@ enum Paired<T> {
 }
 
 fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds")
+    Histogram::new_with_bounds(1, 3_600_000_000, 2).expect("valid bounds")
 }
 
 fn micros(seconds: f64) -> u64 {
