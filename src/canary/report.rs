@@ -268,7 +268,7 @@ pub fn render_text(report: &Report) -> String {
             if let Some(verdicts) = &variant.window_vs_baseline {
                 let _ = writeln!(
                     out,
-                    "  {} vs {}: TTFT {}; TPOT {}",
+                    "  window medians, a fixed-sample test for reference only: {} vs {}: TTFT {}; TPOT {}",
                     variant.variant,
                     entry.baseline,
                     describe(&verdicts.ttft),
@@ -305,11 +305,18 @@ pub fn judgement_line(variant: &str, judgement: &Judgement) -> String {
         _ => guarded,
     };
     let metrics: Vec<String> = deciding.iter().map(|m| describe_metric(m)).collect();
+    // Any guarded metric that reads "worse" decides the whole: name the one closest to a
+    // decision, at the rate its evidence has grown so far.
     let needed = match judgement.verdict {
         Decision::Undecided | Decision::NotEnoughData => {
-            let most = judgement.metrics.iter().filter(|m| m.guarded);
-            match most.filter_map(|m| m.more_pairs_needed).max() {
-                Some(n) => format!(" [about {n} more requests a side to decide]"),
+            let guarded = judgement.metrics.iter().filter(|m| m.guarded);
+            let soonest = guarded
+                .filter_map(|m| m.more_pairs_needed.map(|n| (n, m.metric)))
+                .min_by_key(|&(n, _)| n);
+            match soonest {
+                Some((n, metric)) => {
+                    format!(" [{} may decide in about {n} more requests a side]", metric.label())
+                }
                 None => String::new(),
             }
         }

@@ -165,6 +165,11 @@ fn warn_fixed_settings(old: &GatewayConfig, new: &GatewayConfig) {
                 != (new.short.listen, new.long.listen, new.debug.listen),
         ),
         ("limits", old.reliability.limits != new.reliability.limits),
+        (
+            "canary (window_seconds, slo, alpha, guard, margins, min_pairs)",
+            (old.canary.window, old.canary.slo, &old.canary.guard)
+                != (new.canary.window, new.canary.slo, &new.canary.guard),
+        ),
     ];
     for (field, changed) in fixed {
         if changed {
