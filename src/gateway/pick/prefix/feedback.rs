@@ -7,6 +7,10 @@
 //! of the prompt; it evicts least recently used first, so every entry the index holds for
 //! that replica that was last used before that block is taken as gone and dropped. The
 //! missed blocks themselves stay: the request just computed them again.
+//!
+//! A miss is not always an eviction: a block placed by a request still prefilling when
+//! this one arrived was not computed yet. So only a block whose placement had finished its
+//! prefill (its first token came) before this request was placed counts as evicted.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -23,6 +27,7 @@ pub struct PrefixFeedback {
     block_size: u64,
     /// Tokens added to the replica's owed prefill, released at the first token.
     owed: u64,
+    prefill_pending: bool,
 }
 
 impl PrefixFeedback {
@@ -33,7 +38,7 @@ impl PrefixFeedback {
         block_size: u64,
         owed: u64,
     ) -> Self {
-        Self { router, replica, placed, block_size, owed }
+        Self { router, replica, placed, block_size, owed, prefill_pending: true }
     }
 
     /// Tokens the index predicted as cached.
@@ -43,10 +48,12 @@ impl PrefixFeedback {
 
     /// The first token came: this request's prefill is no longer queued on the replica.
     pub fn prefill_done(&mut self) {
-        let owed = std::mem::take(&mut self.owed);
-        if owed > 0 {
-            self.replica.load.prefill_owed_tokens.fetch_sub(owed, Ordering::Relaxed);
+        if !std::mem::replace(&mut self.prefill_pending, false) {
+            return;
         }
+        let owed = std::mem::take(&mut self.owed);
+        self.replica.load.prefill_owed_tokens.fetch_sub(owed, Ordering::Relaxed);
+        self.router.index.settle(&self.replica.name, self.placed.last_tick);
     }
 
     /// The replica reported `cached_tokens` for this request.
@@ -56,7 +63,9 @@ impl PrefixFeedback {
         tokens.with_label_values(&["predicted"]).inc_by(self.predicted_tokens());
         tokens.with_label_values(&["reported"]).inc_by(cached_tokens);
         let reported_blocks = (cached_tokens / self.block_size.max(1)) as usize;
-        if let Some(&evicted_at) = self.placed.previous_ticks.get(reported_blocks) {
+        if let Some(&evicted_at) = self.placed.previous_ticks.get(reported_blocks)
+            && evicted_at <= self.placed.settled
+        {
             let dropped = self.router.index.forget_older(&self.replica.name, evicted_at);
             self.router.metrics.corrected.inc_by(dropped as u64);
             self.router.metrics.index_bytes.set(self.router.index.bytes() as i64);
@@ -65,7 +74,11 @@ impl PrefixFeedback {
 }
 
 impl Drop for PrefixFeedback {
+    /// Released without a first token (an error, a client gone): the owed prefill is no
+    /// longer queued, but nothing is known to be cached.
     fn drop(&mut self) {
-        self.prefill_done();
+        if std::mem::replace(&mut self.prefill_pending, false) {
+            self.replica.load.prefill_owed_tokens.fetch_sub(self.owed, Ordering::Relaxed);
+        }
     }
 }

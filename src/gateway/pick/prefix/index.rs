@@ -35,6 +35,10 @@ pub struct Placed {
     pub matched: usize,
     /// Their last-use ticks before this placement, in prompt order.
     pub previous_ticks: Vec<u64>,
+    /// The newest tick this placement stamped.
+    pub last_tick: u64,
+    /// The replica's settled tick just before (see [`BlockIndex::settle`]).
+    pub settled: u64,
 }
 
 /// The index, all replicas together.
@@ -50,6 +54,8 @@ struct Inner {
     entries: FnvHashMap<(u64, Slot), u64>,
     /// Per replica: tick -> block hash, oldest first.
     orders: Vec<BTreeMap<u64, u64>>,
+    /// Per replica: the newest tick of a placement whose prefill is known to be done.
+    settled: Vec<u64>,
     slots: FnvHashMap<String, Slot>,
     tick: u64,
 }
@@ -108,6 +114,7 @@ impl BlockIndex {
         let Some(slot) = inner.slot(replica) else { return Placed::default() };
         let previous_ticks: Vec<u64> =
             hashes.iter().map_while(|hash| inner.entries.get(&(*hash, slot)).copied()).collect();
+        let settled = inner.settled[slot as usize];
         let Inner { entries, orders, tick, .. } = &mut *inner;
         let order = &mut orders[slot as usize];
         for &hash in hashes.iter().rev() {
@@ -123,8 +130,19 @@ impl BlockIndex {
             }
             order.insert(*tick, hash);
         }
+        let last_tick = inner.tick;
         while inner.entries.len() > capacity && inner.evict_oldest() {}
-        Placed { matched: previous_ticks.len(), previous_ticks }
+        Placed { matched: previous_ticks.len(), previous_ticks, last_tick, settled }
+    }
+
+    /// A placement stamped up to `tick` on `replica` has finished its prefill: its blocks
+    /// are in the replica's cache. (Prefills finishing out of order make this approximate.)
+    pub fn settle(&self, replica: &str, tick: u64) {
+        let mut inner = self.inner.lock();
+        if let Some(&slot) = inner.slots.get(replica) {
+            let settled = &mut inner.settled[slot as usize];
+            *settled = (*settled).max(tick);
+        }
     }
 
     /// Drops `replica`'s entries last used before `tick`: its cache evicted a block of
@@ -158,6 +176,7 @@ impl Inner {
         let slot = Slot::try_from(self.orders.len()).ok()?;
         self.slots.insert(replica.to_string(), slot);
         self.orders.push(BTreeMap::new());
+        self.settled.push(0);
         Some(slot)
     }
 

@@ -210,18 +210,26 @@ fn a_reported_miss_drops_the_entries_older_than_the_evicted_block() {
     let old = key(1, 320, 0, 16, &headers);
     let hot = key(2, 320, 0, 16, &headers);
     let recent = key(3, 320, 0, 16, &headers);
-    for placed in [&old, &hot, &recent] {
-        router.place(&set[0], placed).report(0);
-    }
-    let (predicted, reported) = router.predicted_and_reported();
-    assert_eq!((predicted, reported), (0, 0));
-    // The hot prompt again: the index expects all its hittable blocks; the replica
-    // reports it evicted them from block 5 on.
+    router.place(&set[0], &old).report(0);
+    router.place(&set[0], &hot).report(0);
+    assert_eq!(router.predicted_and_reported(), (0, 0));
+    // A request of the hot prompt placed while another is still prefilling it: its miss
+    // is no eviction, and nothing is dropped.
+    let entries = router.index.entries();
+    let prefilling = router.place(&set[0], &hot);
+    router.place(&set[0], &hot).report(0);
+    assert_eq!(router.index.entries(), entries);
+    drop(prefilling);
+    router.place(&set[0], &hot).prefill_done();
+    router.place(&set[0], &recent).prefill_done();
+    let counted = hot.max_hit_blocks as u64 * 16;
+    assert_eq!(router.predicted_and_reported(), (counted, 0));
+    // The hot prompt again, every earlier prefill done: the index expects all its
+    // hittable blocks; the replica reports it evicted them from block 5 on.
     let mut again = router.place(&set[0], &hot);
-    let expected = hot.max_hit_blocks as u64 * 16;
-    assert_eq!(again.predicted_tokens(), expected);
+    assert_eq!(again.predicted_tokens(), counted);
     again.report(5 * 16);
-    assert_eq!(router.predicted_and_reported(), (expected, 80));
+    assert_eq!(router.predicted_and_reported(), (2 * counted, 80));
     let matched = |k: &PromptKey| router.index.matched(&["r0"], k.hittable())[0];
     assert_eq!(matched(&old), 0, "older than the evicted block: dropped");
     assert_eq!(matched(&recent), recent.max_hit_blocks, "newer: kept");
