@@ -16,7 +16,7 @@ use crate::gateway::forward::Connector;
 use crate::gateway::forward::retry::RetryBudget;
 use crate::gateway::health::{HealthTracker, ReliabilityMetrics};
 use crate::gateway::observe::GatewayMetrics;
-use crate::gateway::pick::Picker;
+use crate::gateway::pick::{Picker, PrefixRouter};
 use crate::gateway::upstream_tls::UpstreamTls;
 use crate::gateway::variants::Variants;
 
@@ -31,6 +31,8 @@ pub struct Shared {
     pub abort_streams: watch::Receiver<bool>,
     /// The canary comparison keeps its samples across reloads.
     pub canary: CanaryRecorder,
+    /// The `prefix_aware` index keeps what it learned across reloads.
+    pub prefix: Arc<PrefixRouter>,
 }
 
 impl Shared {
@@ -44,6 +46,7 @@ impl Shared {
                 reliability_metrics.clone(),
             )),
             retry_budget: Arc::new(RetryBudget::new(&reliability.retry)),
+            prefix: Arc::new(PrefixRouter::new(&config.prefix, metrics.registry())),
             metrics,
             reliability_metrics,
             abort_streams,
@@ -103,6 +106,7 @@ impl GatewayState {
             shared.reliability_metrics.clone(),
         ));
         let variants = Variants::new(&config, &upstream_tls);
+        shared.prefix.index.set_capacity_bytes(config.prefix.index_bytes);
         shared.canary.set_layout(variants.layout());
         Self {
             picker,

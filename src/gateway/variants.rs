@@ -14,7 +14,7 @@ use crate::gateway::config::{EntryConfig, GatewayConfig};
 use crate::gateway::entry::{Entry, Strategy};
 use crate::gateway::forward::Connector;
 use crate::gateway::observe::GatewayMetrics;
-use crate::gateway::pick::{Picker, Policy, Replica, new_policy};
+use crate::gateway::pick::{Picker, Policy, PromptPick, Replica, new_policy};
 use crate::gateway::upstream_tls::UpstreamTls;
 
 /// The header a request id is read from when no sticky header is configured or present.
@@ -38,6 +38,23 @@ impl Variant {
     pub fn pick(&self, picker: &Picker, exclude: Option<&str>, limit: u64) -> Option<Arc<Replica>> {
         let policy = self.policy.as_deref().unwrap_or(picker.policy());
         picker.pick_in(policy, self.members.as_deref(), exclude, limit)
+    }
+
+    /// [`Self::pick`] for a request whose prompt is known (see [`Self::reads_prompts`]).
+    pub fn pick_prompt(
+        &self,
+        picker: &Picker,
+        exclude: Option<&str>,
+        limit: u64,
+        prompt: Option<&PromptPick<'_>>,
+    ) -> Option<Arc<Replica>> {
+        let policy = self.policy.as_deref().unwrap_or(picker.policy());
+        picker.pick_prompt_in(policy, self.members.as_deref(), exclude, limit, prompt)
+    }
+
+    /// Whether this variant's policy places requests by their prompt.
+    pub fn reads_prompts(&self, picker: &Picker) -> bool {
+        self.policy.as_deref().unwrap_or(picker.policy()).reads_prompts()
     }
 
     /// The policy's name as configured (`None`: the global one).

@@ -72,6 +72,8 @@ pub struct InferenceRequest {
     pub stream: bool,
     pub include_usage: bool,
     pub ignore_eos: bool,
+    /// OpenAI's end-user id, a session key for affinity when no session header is sent.
+    pub user: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -86,6 +88,9 @@ struct RawRequest {
     stream_options: Option<RawStreamOptions>,
     #[serde(default)]
     ignore_eos: Option<bool>,
+    /// Kept loose: a `user` that is not a string is ignored, as before it was read.
+    #[serde(default)]
+    user: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -135,6 +140,7 @@ impl InferenceRequest {
             stream: raw.stream.unwrap_or(false),
             include_usage: raw.stream_options.and_then(|o| o.include_usage).unwrap_or(false),
             ignore_eos: raw.ignore_eos.unwrap_or(false),
+            user: raw.user.and_then(|user| user.as_str().map(str::to_owned)),
         })
     }
 

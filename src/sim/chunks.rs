@@ -14,13 +14,8 @@ pub fn token_text(seed: u64, index: u64) -> &'static str {
     synthetic_word(mix(seed ^ mix(index)))
 }
 
-/// SplitMix64's finaliser: a cheap, well-spread hash for reproducible choices.
-pub(crate) fn mix(mut value: u64) -> u64 {
-    value = value.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    value = (value ^ (value >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    value = (value ^ (value >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    value ^ (value >> 31)
-}
+// SplitMix64's finaliser: a cheap, well-spread hash for reproducible choices.
+pub(crate) use crate::prompt_tokens::mix;
 
 /// Token counts of a finished request.
 #[derive(Debug, Clone, Copy, Serialize)]

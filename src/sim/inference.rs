@@ -15,12 +15,12 @@ use super::engine::{EngineRequest, TokenBatch};
 use super::metrics::FinishedTiming;
 use super::prefix_cache::block_hashes;
 use super::profile::Profile;
-use super::prompt_tokens::prompt_token_ids;
 use super::state::SimState;
 use super::stats::InFlightGuard;
 use super::stream::StreamJob;
 use crate::openai::request::Endpoint;
 use crate::openai::{ApiError, ErrorKind, InferenceRequest};
+use crate::prompt_tokens::prompt_token_ids;
 
 /// Chat requests without `max_tokens` get the rest of the context, capped at this.
 pub const DEFAULT_CHAT_MAX_TOKENS: u64 = 256;

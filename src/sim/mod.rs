@@ -5,7 +5,7 @@
 //! continuous-batching engine ([`engine`]) behind API-server processes ([`api_workers`]) that
 //! accept connections in batches and keep them ([`accept`]), stream output with priority and
 //! preprocess new requests in the time left ([`preprocess`]), and caches prompt prefixes as vLLM does
-//! ([`prefix_cache`], [`kv_cache`], tokens from [`prompt_tokens`]). Timing parameters are data ([`profile`], `config/profiles/`).
+//! ([`prefix_cache`], [`kv_cache`], tokens from [`crate::prompt_tokens`]). Timing parameters are data ([`profile`], `config/profiles/`).
 //! Faults ([`Fault`]) break and heal a replica at runtime. See `docs/sim.md`.
 //!
 //! Start one in-process with [`spawn`]; the CLI ([`run`]) is a thin shell over it.
@@ -25,7 +25,6 @@ pub mod metrics;
 pub mod prefix_cache;
 pub mod preprocess;
 pub mod profile;
-pub mod prompt_tokens;
 pub mod routes;
 pub mod server;
 pub mod state;

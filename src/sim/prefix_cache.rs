@@ -1,9 +1,8 @@
 //! vLLM's automatic prefix caching, as a table of KV blocks keyed by chained block hashes.
 //!
 //! # The model
-//! - A prompt is cut into blocks of `block_size` tokens; only full blocks are cached. The
-//!   hash of block `i` covers its tokens and the hash of block `i - 1`, so equal hashes mean
-//!   equal prompts from the first token up to the block's end.
+//! - A prompt is cut into blocks of `block_size` tokens; only full blocks are cached, keyed
+//!   by their chained hash ([`block_hashes`], shared with the gateway's prefix index).
 //! - A block is referenced by every running request that uses it. A block no request
 //!   references stays cached (its hash still answers lookups) but is evictable: when space
 //!   is needed, the least recently released evictable block goes first.
@@ -13,22 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::chunks::mix;
-
-/// The hash every chain starts from.
-const CHAIN_ROOT: u64 = 0x6c61_6e65_7761_7900;
-
-/// The chained hashes of the full blocks of `tokens` (a trailing partial block has none).
-pub fn block_hashes(tokens: &[u64], block_size: usize) -> Vec<u64> {
-    let mut parent = CHAIN_ROOT;
-    tokens
-        .chunks_exact(block_size.max(1))
-        .map(|block| {
-            parent = block.iter().fold(mix(parent), |hash, &token| mix(hash ^ token));
-            parent
-        })
-        .collect()
-}
+pub use crate::prompt_tokens::block_hashes;
 
 #[derive(Debug, Clone, Copy)]
 struct Block {

@@ -3,6 +3,7 @@
 //! by its path (`replicas[2].url: ...`).
 
 mod canary;
+mod prefix;
 mod raw;
 pub mod reliability;
 mod validate;
@@ -19,6 +20,7 @@ use crate::gateway::tls::TlsConfig;
 use crate::gateway::upstream_tls::UpstreamTlsConfig;
 
 pub use canary::{AdminConfig, CanaryConfig, DEFAULT_VARIANT_NAME, PoolConfig, VariantConfig};
+pub use prefix::PrefixConfig;
 pub use validate::{ConfigError, ConfigIssue};
 pub use verdicts::Automation;
 
@@ -29,6 +31,8 @@ pub enum PolicyKind {
     LeastQueue,
     /// Each replica in turn: the baseline to compare against.
     RoundRobin,
+    /// Where the prompt's prefix is cached, unless load makes a miss elsewhere faster.
+    PrefixAware,
 }
 
 impl PolicyKind {
@@ -36,6 +40,7 @@ impl PolicyKind {
         match self {
             Self::LeastQueue => "least_queue",
             Self::RoundRobin => "round_robin",
+            Self::PrefixAware => "prefix_aware",
         }
     }
 
@@ -43,6 +48,7 @@ impl PolicyKind {
         match name {
             "least_queue" => Some(Self::LeastQueue),
             "round_robin" => Some(Self::RoundRobin),
+            "prefix_aware" => Some(Self::PrefixAware),
             _ => None,
         }
     }
@@ -146,6 +152,8 @@ pub struct GatewayConfig {
     pub discovery: DiscoveryConfig,
     /// Health, retries, timeouts, admission and limits.
     pub reliability: reliability::ReliabilityConfig,
+    /// The `prefix_aware` policy and session affinity (`[prefix]`).
+    pub prefix: PrefixConfig,
 }
 
 /// The configuration used when none is given; replicas are added by the caller.

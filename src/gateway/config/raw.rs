@@ -45,6 +45,8 @@ pub struct RawConfig {
     pub admission: RawAdmission,
     #[serde(default)]
     pub limits: RawLimits,
+    #[serde(default)]
+    pub prefix: super::prefix::RawPrefix,
 }
 
 #[derive(Debug, Default, Deserialize)]

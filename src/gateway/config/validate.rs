@@ -100,7 +100,7 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
     let policy = PolicyKind::parse(name).unwrap_or_else(|| {
         issues.add(
             "policy",
-            format!("unknown policy `{name}` (expected least_queue or round_robin)"),
+            format!("unknown policy `{name}` (expected least_queue, round_robin or prefix_aware)"),
         );
         PolicyKind::LeastQueue
     });
@@ -189,6 +189,7 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
             DiscoveryConfig::default()
         }),
         reliability: reliability_section(&raw, issues),
+        prefix: super::prefix::prefix(&raw.prefix, issues),
     };
     if !raw.entries.debug.variants.is_empty() {
         issues

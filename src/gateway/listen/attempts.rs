@@ -19,9 +19,12 @@ use crate::gateway::body::{ProxyBody, boxed, full};
 use crate::gateway::entry::Entry;
 use crate::gateway::error::GatewayError;
 use crate::gateway::health::FailureReason;
-use crate::gateway::pick::{InFlightGuard, Replica};
+use crate::gateway::pick::prefix::PrefixFeedback;
+use crate::gateway::pick::{InFlightGuard, PromptKey, PromptPick, Replica};
 use crate::gateway::state::GatewayState;
 use crate::gateway::variants::Variant;
+use crate::openai::InferenceRequest;
+use crate::openai::request::Endpoint;
 
 /// A classified request and the canary variant that serves it.
 pub struct Forwarding<'a> {
@@ -45,9 +48,14 @@ pub async fn forward(
     request: Forwarding<'_>,
 ) -> Result<Response<ProxyBody>, GatewayError> {
     let admission = &state.shared.admission;
-    let pick = |limit| request.variant.pick(&state.picker, None, limit);
+    let key = prompt_key(state, &request);
+    let prefix = &state.shared.prefix;
+    let prompt =
+        key.as_ref().map(|key| PromptPick { key, router: prefix, config: &state.config.prefix });
+    let pick = |limit| request.variant.pick_prompt(&state.picker, None, limit, prompt.as_ref());
     let (mut guard, permit) = admission.admit(&pick, request.prompt_tokens).await?;
     let mut replica = guard.replica().clone();
+    let mut placed = key.as_ref().map(|key| prefix.place(&replica, key));
     state.shared.retry_budget.deposit();
     let reliability = &state.config.reliability;
     let connector = &request.variant.connector;
@@ -67,7 +75,7 @@ pub async fn forward(
                 replica.load.clear_failures();
                 state.health.record_status(&replica, upstream.status());
                 if upstream.status() != StatusCode::SERVICE_UNAVAILABLE || last {
-                    return Ok(finish(state, &request, guard, upstream, permit));
+                    return Ok(finish(state, &request, guard, upstream, permit, placed));
                 }
                 Retryable::Unavailable(guard, upstream)
             }
@@ -99,13 +107,14 @@ pub async fn forward(
                     state.metrics.record_error(request.entry.as_str(), error.kind_label());
                 }
                 replica = next.replica().clone();
+                placed = key.as_ref().map(|key| prefix.place(&replica, key));
                 guard = next;
                 attempt += 1;
             }
             None => {
                 return match retryable {
                     Retryable::Unavailable(guard, upstream) => {
-                        Ok(finish(state, &request, guard, upstream, permit))
+                        Ok(finish(state, &request, guard, upstream, permit, placed))
                     }
                     Retryable::Refused(error) => Err(error),
                 };
@@ -144,6 +153,7 @@ fn finish(
     guard: InFlightGuard,
     upstream: Response<Incoming>,
     permit: AdmissionPermit,
+    prefix: Option<PrefixFeedback>,
 ) -> Response<ProxyBody> {
     let proxied = Proxied {
         entry: request.entry,
@@ -153,6 +163,18 @@ fn finish(
         inference: true,
         prompt_tokens: request.prompt_tokens,
         guard,
+        prefix,
     };
     respond(state, proxied, upstream).map(|body| boxed(HeldBody::new(body, permit)))
+}
+
+/// The prompt's block hashes and session, when the variant's policy places by prompt and
+/// the body parses (a body that does not is the replica's to refuse; it is placed by load).
+fn prompt_key(state: &GatewayState, request: &Forwarding<'_>) -> Option<PromptKey> {
+    if !request.variant.reads_prompts(&state.picker) {
+        return None;
+    }
+    let endpoint = Endpoint::from_path(request.parts.uri.path())?;
+    let parsed = InferenceRequest::parse(endpoint, request.body).ok()?;
+    Some(PromptKey::new(&parsed, &request.parts.headers, &state.config.prefix))
 }

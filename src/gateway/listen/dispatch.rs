@@ -383,6 +383,7 @@ async fn pass_through(
         inference: false,
         prompt_tokens: 0,
         guard,
+        prefix: None,
     };
     Ok(respond(state, proxied, upstream))
 }

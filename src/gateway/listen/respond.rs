@@ -16,6 +16,7 @@ use crate::gateway::observe::{
     BodyKind, ObservedBody, Recorder, RequestLabels, StreamWatchdog, status_class,
 };
 use crate::gateway::pick::InFlightGuard;
+use crate::gateway::pick::prefix::PrefixFeedback;
 use crate::gateway::state::GatewayState;
 
 pub const ENTRY_HEADER: HeaderName = HeaderName::from_static("x-laneway-entry");
@@ -53,6 +54,8 @@ pub struct Proxied {
     pub inference: bool,
     pub prompt_tokens: u64,
     pub guard: InFlightGuard,
+    /// A `prefix_aware` placement's prediction, checked against the replica's usage.
+    pub prefix: Option<PrefixFeedback>,
 }
 
 /// Builds the client's response around the replica's, streaming and observed.
@@ -84,6 +87,9 @@ pub fn respond(
     );
     if proxied.inference {
         recorder = recorder.with_canary(state.shared.canary.clone());
+    }
+    if let Some(prefix) = proxied.prefix {
+        recorder = recorder.with_prefix(prefix);
     }
     if let Some(mut access) = access_log::current() {
         access.status = status.as_u16();

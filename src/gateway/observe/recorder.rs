@@ -12,6 +12,7 @@ use super::metrics::GatewayMetrics;
 use crate::canary::{self, CanaryRecorder};
 use crate::gateway::access_log::{self, AccessContext, AccessRecord};
 use crate::gateway::entry::{Entry, Strategy};
+use crate::gateway::pick::prefix::PrefixFeedback;
 use crate::openai::sse::{SseEvent, SseScanner, Usage};
 
 /// Largest non-streamed JSON response kept to read its `usage`.
@@ -72,6 +73,8 @@ pub struct Recorder {
     /// Set on proxied requests: the access line is written at the end.
     access: Option<AccessContext>,
     canary: Option<CanaryRecorder>,
+    /// A `prefix_aware` prediction: released at the first token, checked at the end.
+    prefix: Option<PrefixFeedback>,
 }
 
 impl Recorder {
@@ -98,12 +101,19 @@ impl Recorder {
             finished: false,
             canary: None,
             access: None,
+            prefix: None,
         }
     }
 
     /// Also reports the finished request to the canary comparison.
     pub fn with_canary(mut self, canary: CanaryRecorder) -> Self {
         self.canary = Some(canary);
+        self
+    }
+
+    /// Checks a prefix-aware prediction against the usage the replica reports.
+    pub fn with_prefix(mut self, prefix: PrefixFeedback) -> Self {
+        self.prefix = Some(prefix);
         self
     }
 
@@ -158,6 +168,9 @@ impl Recorder {
         match self.last_token_at {
             None => {
                 self.first_token_at = Some(now);
+                if let Some(prefix) = &mut self.prefix {
+                    prefix.prefill_done();
+                }
                 let ttft = now.duration_since(self.received_at).as_secs_f64();
                 self.metrics.ttft.with_label_values(&self.label_values()).observe(ttft);
             }
@@ -179,6 +192,11 @@ impl Recorder {
         }
         if self.kind == BodyKind::Json {
             self.usage = usage_of_json(&self.json);
+        }
+        if let Some(mut prefix) = self.prefix.take()
+            && let Some(details) = self.usage.and_then(|usage| usage.prompt_tokens_details)
+        {
+            prefix.report(details.cached_tokens);
         }
         let entry = self.labels.entry.as_str();
         match outcome {

@@ -4,6 +4,7 @@
 pub mod guard;
 pub mod least_queue;
 pub mod policy;
+pub mod prefix;
 pub mod replica;
 pub mod round_robin;
 pub mod scrape;
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 use crate::gateway::config::{GatewayConfig, PolicyKind};
 pub use guard::InFlightGuard;
 pub use policy::{PickContext, Policy};
+pub use prefix::{PrefixRouter, PromptKey, PromptPick};
 pub use replica::{Replica, ReportedLoad};
 pub use set::{ReplicaSet, Source};
 
@@ -96,6 +98,18 @@ impl Picker {
         exclude: Option<&str>,
         limit: u64,
     ) -> Option<Arc<Replica>> {
+        self.pick_prompt_in(policy, pool, exclude, limit, None)
+    }
+
+    /// [`Self::pick_in`] for a request whose prompt a prompt-reading policy may use.
+    pub fn pick_prompt_in(
+        &self,
+        policy: &dyn Policy,
+        pool: Option<&[String]>,
+        exclude: Option<&str>,
+        limit: u64,
+        prompt: Option<&PromptPick<'_>>,
+    ) -> Option<Arc<Replica>> {
         let all = self.snapshot();
         let in_pool = |r: &Arc<Replica>| pool.is_none_or(|members| members.contains(&r.name));
         let any_in_rotation =
@@ -120,7 +134,10 @@ impl Picker {
             fresh_for: self.fresh_for,
             exclude: exclude.and_then(|name| replicas.iter().position(|r| r.name == name)),
         };
-        let index = policy.pick(replicas, &context)?;
+        let index = match prompt {
+            Some(prompt) => policy.pick_prompt(replicas, &context, prompt)?,
+            None => policy.pick(replicas, &context)?,
+        };
         Some(replicas[index].clone())
     }
 }
@@ -130,6 +147,7 @@ pub fn new_policy(kind: PolicyKind) -> Box<dyn Policy> {
     match kind {
         PolicyKind::LeastQueue => Box::new(least_queue::LeastQueue),
         PolicyKind::RoundRobin => Box::new(round_robin::RoundRobin::default()),
+        PolicyKind::PrefixAware => Box::new(prefix::policy::PrefixAware),
     }
 }
 

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::prefix::PromptPick;
 use super::replica::Replica;
 
 /// What a policy may look at besides the replicas.
@@ -24,6 +25,22 @@ pub trait Policy: Send + Sync {
 
     /// The index of the chosen replica, `None` if no candidate is left.
     fn pick(&self, replicas: &[Arc<Replica>], context: &PickContext) -> Option<usize>;
+
+    /// Whether the policy reads the request's prompt: the request path computes a
+    /// [`PromptPick`] (tokens, block hashes, session) only for those that do.
+    fn reads_prompts(&self) -> bool {
+        false
+    }
+
+    /// Picks for a request whose prompt is known; a policy blind to prompts picks as usual.
+    fn pick_prompt(
+        &self,
+        replicas: &[Arc<Replica>],
+        context: &PickContext,
+        _prompt: &PromptPick<'_>,
+    ) -> Option<usize> {
+        self.pick(replicas, context)
+    }
 }
 
 /// The candidates left after the exclusion, as indices.

@@ -78,6 +78,9 @@ pub struct ReplicaLoad {
     pub in_flight_prompt_tokens: AtomicU64,
     /// Debug-entry requests among them, under their own limit.
     pub debug_in_flight: AtomicU64,
+    /// Predicted uncached prompt tokens of `prefix_aware` requests before their first
+    /// token: the prefill work queued on the replica.
+    pub prefill_owed_tokens: AtomicU64,
     /// Refused connections and failed scrapes since the last success of either.
     failures: AtomicU64,
     /// Last scraped `vllm:num_requests_waiting` (or SGLang's equivalent).
@@ -102,6 +105,10 @@ pub struct ReportedLoad {
 impl ReplicaLoad {
     pub fn in_flight(&self) -> u64 {
         self.in_flight.load(Ordering::Relaxed)
+    }
+
+    pub fn prefill_owed_tokens(&self) -> u64 {
+        self.prefill_owed_tokens.load(Ordering::Relaxed)
     }
 
     pub fn in_flight_prompt_tokens(&self) -> u64 {

@@ -1,6 +1,8 @@
-//! The simulated tokenizer: turns a request's rendered prompt into token ids, so that equal
-//! prompt prefixes give equal token prefixes (what prefix caching keys on), with exactly as
-//! many tokens as the shared estimator counts (`src/tokens.rs`).
+//! The simulated tokenizer and KV-block hashes, shared by the simulator (which caches
+//! blocks) and the gateway (which predicts where they are cached): turns a request's
+//! rendered prompt into token ids, so that equal prompt prefixes give equal token prefixes
+//! (what prefix caching keys on), with exactly as many tokens as the shared estimator
+//! counts (`src/tokens.rs`), and cuts them into chained block hashes.
 //!
 //! # Tokens
 //! - Text: every run of four ASCII bytes is one token (the bytes packed into its id) and
@@ -11,10 +13,13 @@
 //! - Completion text prompts are tokenized as given (several strings one after another);
 //!   token-id prompts are their ids.
 //! - An empty prompt is one beginning-of-sequence token, as the engine counts it.
+//!
+//! # Blocks
+//! A prompt is cut into blocks of `block_size` tokens; only full blocks have a hash. The
+//! hash of block `i` covers its tokens and the hash of block `i - 1`, so equal hashes mean
+//! equal prompts from the first token up to the block's end.
 
 use crate::openai::PromptInput;
-
-use super::chunks::mix;
 
 /// Ids of the special tokens live above every text token id (text ids stay below 2^40).
 const SPECIAL: u64 = 1 << 48;
@@ -26,6 +31,29 @@ const MESSAGE_SEPARATOR: u64 = SPECIAL + 3;
 const ROLE: u64 = 2 << 48;
 /// Non-ASCII characters: their code point in this range.
 const CHARACTER: u64 = 1 << 40;
+
+/// The hash every chain starts from.
+const CHAIN_ROOT: u64 = 0x6c61_6e65_7761_7900;
+
+/// A 64-bit finaliser (splitmix64's): cheap, and every input bit moves every output bit.
+pub fn mix(mut value: u64) -> u64 {
+    value = value.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    value = (value ^ (value >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    value = (value ^ (value >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    value ^ (value >> 31)
+}
+
+/// The chained hashes of the full blocks of `tokens` (a trailing partial block has none).
+pub fn block_hashes(tokens: &[u64], block_size: usize) -> Vec<u64> {
+    let mut parent = CHAIN_ROOT;
+    tokens
+        .chunks_exact(block_size.max(1))
+        .map(|block| {
+            parent = block.iter().fold(mix(parent), |hash, &token| mix(hash ^ token));
+            parent
+        })
+        .collect()
+}
 
 /// The prompt's token ids; their count is the estimator's (at least 1).
 pub fn prompt_token_ids(prompt: &PromptInput) -> Vec<u64> {

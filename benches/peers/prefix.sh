@@ -1,0 +1,134 @@
+# Part `prefix` of benches/peers.sh (sourced by it): prefix-cache and session-aware routing
+# on a TP4x4 fleet (four `laneway sim --profile h20-tp4 --api-workers 4` replicas, two per
+# node), prefix caching on as in vLLM.
+#
+# Targets: laneway `prefix_aware` and `least_queue`; sglang-router and vllm-router
+# `cache_aware`; vllm-router `consistent_hash`; HAProxy `roundrobin` and
+# `balance hdr(x-session-id)` (both with http-no-delay, HAProxy at its best).
+# Workloads (seeded, the same bytes for every target), three interleaved rounds each:
+#   shared-prefix groups near saturation  sp_g16_p4000_q400_o64, 48 clients
+#   multi-turn conversations              mt_c16_t6_i300_o64 (x-session-id and `user`)
+#   one hot prefix carrying half          hot_p4000_q400_o64_h50, 48 clients
+# Reported per target: TTFT p50/p90/p95, throughput, goodput and the replicas' reported
+# cache hit ratio (usage.prompt_tokens_details.cached_tokens over prompt tokens), by
+# benches/peers/prefix_table.py from the JSON of each case.
+
+# start_fleet_tp4x4 SPEED: four h20-tp4 replicas; sets FLEET4 to their URLs.
+start_fleet_tp4x4() {
+    local speed="$1" id
+    FLEET4=()
+    for id in r0 r1 r2 r3; do
+        "${PIN_FLEET[@]}" "$LANEWAY" sim --port 0 --profile h20-tp4 --api-workers 4 \
+            --speed "$speed" --id "$id" >"$WORK/sim-$id.out" 2>"$WORK/sim-$id.err" &
+        PIDS+=($!)
+    done
+    for id in r0 r1 r2 r3; do FLEET4+=("$(listening_url "$WORK/sim-$id.out")"); done
+    log "TP4x4 fleet (h20-tp4, speed $speed): ${FLEET4[*]}"
+}
+
+# start_laneway_tp4x4 NAME POLICY: laneway with the published defaults and POLICY.
+start_laneway_tp4x4() {
+    local name="$1" policy="$2" port admin config i nodes=(h20-node-1 h20-node-1 h20-node-2 h20-node-2)
+    port="$(free_port)"
+    admin="$(free_port)"
+    config="$WORK/$name.toml"
+    {
+        echo "listen = \"127.0.0.1:$port\""
+        echo "admin_listen = \"127.0.0.1:$admin\""
+        echo "policy = \"$policy\""
+        for i in 0 1 2 3; do
+            printf '[[replicas]]\nname = "tp4-%s"\nurl = "%s"\nnode = "%s"\n' "$i" "${FLEET4[$i]}" "${nodes[$i]}"
+        done
+    } >"$config"
+    "${PIN_PROXY[@]}" "$LANEWAY" serve --config "$config" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+    PIDS+=($!)
+    if wait_http "http://127.0.0.1:$admin/health" 30; then
+        TARGETS+=("$name=http://127.0.0.1:$port")
+        TARGET_PIDS[$name]="${PIDS[-1]}"
+    else
+        log "$name did not start"; tail -n 5 "$WORK/$name.err" >&2 || true
+    fi
+}
+
+# start_haproxy_tp4x4 NAME BALANCE: HAProxy, keep-alive, http-no-delay.
+start_haproxy_tp4x4() {
+    local name="$1" balance="$2" port config servers="" i
+    port="$(free_port)"
+    config="$WORK/$name.cfg"
+    for i in 0 1 2 3; do
+        servers+="    server r$i ${FLEET4[$i]#http://}"$'\n'
+    done
+    awk -v port="$port" -v balance="$balance" -v servers="${servers%$'\n'}" '
+        { gsub("@PORT@", port); gsub("@BALANCE@", balance);
+          gsub("@CONNECTION@", "option http-keep-alive"); gsub("@NODELAY@", "option http-no-delay");
+          if ($0 == "@SERVERS@") { print servers; next } print }' \
+        "$PEERS_DIR/haproxy.cfg" >"$config"
+    "${PIN_PROXY[@]}" haproxy -f "$config" -db >"$WORK/$name.out" 2>&1 &
+    PIDS+=($!)
+    if wait_http "http://127.0.0.1:$port/health" 10; then
+        TARGETS+=("$name=http://127.0.0.1:$port")
+        TARGET_PIDS[$name]="${PIDS[-1]}"
+    else
+        log "$name did not start"; tail -n 5 "$WORK/$name.out" >&2 || true
+    fi
+}
+
+# start_router_tp4x4 sglang|vllm POLICY
+start_router_tp4x4() {
+    local kind="$1" policy="$2" port metrics name command
+    port="$(free_port)"
+    metrics="$(free_port)"
+    name="$kind-${policy//_/-}"
+    if [[ "$kind" == sglang ]]; then
+        command=("$VENV/bin/python" -m sglang_router.launch_router)
+    else
+        command=("$VENV/bin/vllm-router")
+    fi
+    "${PIN_PROXY[@]}" "${command[@]}" --worker-urls "${FLEET4[@]}" --policy "$policy" \
+        --host 127.0.0.1 --port "$port" --prometheus-port "$metrics" \
+        --worker-startup-check-interval 1 --disable-retries >"$WORK/$name.out" 2>&1 &
+    PIDS+=($!)
+    if wait_http "http://127.0.0.1:$port/health" 60; then
+        TARGETS+=("$name=http://127.0.0.1:$port")
+        TARGET_PIDS[$name]="${PIDS[-1]}"
+    else
+        log "$name did not start"; tail -n 5 "$WORK/$name.out" >&2 || true
+    fi
+}
+
+start_prefix_peers() {
+    TARGETS=()
+    start_laneway_tp4x4 laneway-prefix prefix_aware
+    start_laneway_tp4x4 laneway-lq least_queue
+    start_router_tp4x4 sglang cache_aware
+    start_router_tp4x4 vllm cache_aware
+    start_router_tp4x4 vllm consistent_hash
+    start_haproxy_tp4x4 haproxy-rr-nd roundrobin
+    start_haproxy_tp4x4 haproxy-hdr-nd "hdr(x-session-id)"
+    log "targets: ${TARGETS[*]}"
+}
+
+part_prefix() {
+    # Clock x2 keeps the part within its time; the SLOs below are wall time, i.e. TTFT
+    # 2 s and TPOT 50 ms of simulated time.
+    local speed=2 sp=240 mt=288 hot=240 clients=48
+    [[ $QUICK -eq 1 ]] && { speed=4; sp=96; mt=96; hot=96; clients=32; }
+    start_fleet_tp4x4 "$speed"
+    start_prefix_peers
+    local slo=(--goodput ttft:1000 tpot:25)
+    echo -e "## Prefix-cache and session-aware routing (TP4x4, fleet speed x$speed)\n" >>"$OUT/results.md"
+    echo -e "Goodput SLO (wall time): ttft <= 1000 ms, tpot <= 25 ms (simulated: 2 s, 50 ms).\n" >>"$OUT/results.md"
+    # Each workload on a fresh fleet, so no target inherits another workload's cache;
+    # within a workload the interleaved rounds share the fleet, as they share the machine.
+    bench prefix-sp-g16-p4000-q400 --workload "sp_g16_p4000_q400_o64_c$clients" --requests "$sp" "${slo[@]}"
+    cleanup
+    start_fleet_tp4x4 "$speed"
+    start_prefix_peers
+    bench prefix-mt-c16-t6-i300 --workload mt_c16_t6_i300_o64 --requests "$mt" "${slo[@]}"
+    cleanup
+    start_fleet_tp4x4 "$speed"
+    start_prefix_peers
+    bench prefix-hot-p4000-q400-h50 --workload "hot_p4000_q400_o64_h50_c$clients" --requests "$hot" "${slo[@]}"
+    cleanup
+    python3 "$PEERS_DIR/prefix_table.py" "$OUT" | tee -a "$OUT/results.md"
+}

@@ -1,0 +1,109 @@
+//! `[prefix]`: the knobs of the `prefix_aware` policy (its index's memory, the block size it
+//! hashes with, the TTFT estimate it weighs hits against load with) and of session affinity.
+
+use http::HeaderName;
+use serde::Deserialize;
+
+use super::validate::Issues;
+
+/// `[prefix]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPrefix {
+    pub index_bytes: Option<i64>,
+    pub block_size: Option<i64>,
+    pub session_header: Option<String>,
+    pub session_load_factor: Option<f64>,
+    pub prefill_us_per_token: Option<f64>,
+    pub request_us: Option<f64>,
+}
+
+/// The validated `[prefix]` section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrefixConfig {
+    /// Memory the block index may use, all replicas together (LRU beyond).
+    pub index_bytes: u64,
+    /// Tokens per KV block: the replicas' `--block-size` (vLLM's default is 16).
+    pub block_size: u64,
+    /// The request header that names a session; OpenAI's `user` field is the fallback.
+    pub session_header: HeaderName,
+    /// Bounded load: a session stays on its replica while that replica has fewer requests
+    /// in flight than this factor times the mean (plus one).
+    pub session_load_factor: f64,
+    /// The TTFT estimate's prefill cost per uncached prompt token.
+    pub prefill_us_per_token: f64,
+    /// The TTFT estimate's cost per request already on a replica.
+    pub request_us: f64,
+}
+
+impl Default for PrefixConfig {
+    fn default() -> Self {
+        Self {
+            index_bytes: 8 << 20,
+            block_size: 16,
+            session_header: HeaderName::from_static("x-session-id"),
+            session_load_factor: 1.25,
+            prefill_us_per_token: 75.0,
+            request_us: 1000.0,
+        }
+    }
+}
+
+pub(super) fn prefix(raw: &RawPrefix, issues: &mut Issues) -> PrefixConfig {
+    let default = PrefixConfig::default();
+    let session_header = match &raw.session_header {
+        None => default.session_header.clone(),
+        Some(name) => HeaderName::try_from(name.to_ascii_lowercase()).unwrap_or_else(|_| {
+            issues.add("prefix.session_header", format!("`{name}` is not a header name"));
+            default.session_header.clone()
+        }),
+    };
+    let mut number = |path: &str, value: Option<f64>, default: f64, min: f64, max: f64| match value
+    {
+        None => default,
+        Some(v) if v.is_finite() && v >= min && v <= max => v,
+        Some(v) => {
+            issues.add(path, format!("{v} is out of range {min}..={max}"));
+            default
+        }
+    };
+    let session_load_factor =
+        number("prefix.session_load_factor", raw.session_load_factor, 1.25, 1.0, 100.0);
+    let prefill_us_per_token =
+        number("prefix.prefill_us_per_token", raw.prefill_us_per_token, 75.0, 0.0, 1e6);
+    let request_us = number("prefix.request_us", raw.request_us, 1000.0, 0.0, 1e8);
+    PrefixConfig {
+        index_bytes: issues.positive("prefix.index_bytes", raw.index_bytes, 8 << 20, 1 << 36),
+        block_size: issues.positive("prefix.block_size", raw.block_size, 16, 4096),
+        session_header,
+        session_load_factor,
+        prefill_us_per_token,
+        request_us,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::GatewayConfig;
+
+    #[test]
+    fn defaults_and_every_bad_field_by_path() {
+        let config = GatewayConfig::from_toml("").unwrap();
+        assert_eq!(config.prefix, super::PrefixConfig::default());
+        let text = "[prefix]\nindex_bytes = 0\nblock_size = 16\nsession_header = \"bad header\"\n\
+                    session_load_factor = 0.5\nprefill_us_per_token = -1.0\n";
+        let error = GatewayConfig::from_toml(text).unwrap_err();
+        let paths: Vec<&str> = error.issues.iter().map(|i| i.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "prefix.session_header",
+                "prefix.session_load_factor",
+                "prefix.prefill_us_per_token",
+                "prefix.index_bytes"
+            ]
+        );
+        let custom = GatewayConfig::from_toml("[prefix]\nsession_header = \"X-Conversation\"\n");
+        assert_eq!(custom.unwrap().prefix.session_header.as_str(), "x-conversation");
+    }
+}

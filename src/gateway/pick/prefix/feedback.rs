@@ -1,0 +1,84 @@
+//! Self-correction: each prefix-aware request carries its prediction (the blocks the index
+//! expected its replica to hold) to the end of its response, where the replica's
+//! `usage.prompt_tokens_details.cached_tokens` says what it really held.
+//!
+//! Both figures are counted (`laneway_prefix_tokens_total{source}`), over the same
+//! requests. A report short of the prediction means the replica evicted block `reported`
+//! of the prompt; it evicts least recently used first, so every entry the index holds for
+//! that replica that was last used before that block is taken as gone and dropped. The
+//! missed blocks themselves stay: the request just computed them again.
+//!
+//! A miss is not always an eviction: a block placed by a request still prefilling when
+//! this one arrived was not computed yet. So only a block whose placement had finished its
+//! prefill (its first token came) before this request was placed counts as evicted.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::PrefixRouter;
+use super::index::Placed;
+use crate::gateway::pick::replica::Replica;
+
+/// One request's prediction, until its replica reports.
+pub struct PrefixFeedback {
+    router: Arc<PrefixRouter>,
+    replica: Arc<Replica>,
+    placed: Placed,
+    block_size: u64,
+    /// Tokens added to the replica's owed prefill, released at the first token.
+    owed: u64,
+    prefill_pending: bool,
+}
+
+impl PrefixFeedback {
+    pub(super) fn new(
+        router: Arc<PrefixRouter>,
+        replica: Arc<Replica>,
+        placed: Placed,
+        block_size: u64,
+        owed: u64,
+    ) -> Self {
+        Self { router, replica, placed, block_size, owed, prefill_pending: true }
+    }
+
+    /// Tokens the index predicted as cached.
+    pub fn predicted_tokens(&self) -> u64 {
+        self.placed.matched as u64 * self.block_size
+    }
+
+    /// The first token came: this request's prefill is no longer queued on the replica.
+    pub fn prefill_done(&mut self) {
+        if !std::mem::replace(&mut self.prefill_pending, false) {
+            return;
+        }
+        let owed = std::mem::take(&mut self.owed);
+        self.replica.load.prefill_owed_tokens.fetch_sub(owed, Ordering::Relaxed);
+        self.router.index.settle(&self.replica.name, self.placed.last_tick);
+    }
+
+    /// The replica reported `cached_tokens` for this request.
+    pub fn report(&mut self, cached_tokens: u64) {
+        self.prefill_done();
+        let tokens = &self.router.metrics.tokens;
+        tokens.with_label_values(&["predicted"]).inc_by(self.predicted_tokens());
+        tokens.with_label_values(&["reported"]).inc_by(cached_tokens);
+        let reported_blocks = (cached_tokens / self.block_size.max(1)) as usize;
+        if let Some(&evicted_at) = self.placed.previous_ticks.get(reported_blocks)
+            && evicted_at <= self.placed.settled
+        {
+            let dropped = self.router.index.forget_older(&self.replica.name, evicted_at);
+            self.router.metrics.corrected.inc_by(dropped as u64);
+            self.router.metrics.index_bytes.set(self.router.index.bytes() as i64);
+        }
+    }
+}
+
+impl Drop for PrefixFeedback {
+    /// Released without a first token (an error, a client gone): the owed prefill is no
+    /// longer queued, but nothing is known to be cached.
+    fn drop(&mut self) {
+        if std::mem::replace(&mut self.prefill_pending, false) {
+            self.replica.load.prefill_owed_tokens.fetch_sub(self.owed, Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! The approximate block index: which replica is expected to hold which KV block, learned
+//! from where this gateway sent each prompt. Memory-bounded: every (block, replica) entry
+//! has a last-use tick, and past the budget the least recently used entry of the whole
+//! index goes first.
+//!
+//! # Why one lock
+//! A lookup or an insert touches a prompt's blocks for every candidate replica: a few
+//! hundred map probes, microseconds, never across an await. One `parking_lot` mutex keeps
+//! the LRU order exact without the cost of a concurrent map per probe.
+//!
+//! # Order within a prompt
+//! A prompt's blocks are stamped tail first, so its head is the most recently used: when
+//! the budget bites, a prompt loses its tail before its head, as a replica's cache frees
+//! blocks (vLLM releases them last to first) and as a prefix is only useful from the start.
+
+use std::collections::BTreeMap;
+use std::collections::hash_map::Entry;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use fnv::FnvHashMap;
+use parking_lot::Mutex;
+
+/// An upper estimate of the memory one entry costs: its slot in the hash map (24 bytes
+/// and a control byte, at the map's lowest load factor after it grows) plus its element
+/// in the replica's order map (16 bytes and the B-tree node's share).
+pub const ENTRY_BYTES: usize = 64;
+
+/// A replica's number inside the index (names are kept once, not per entry).
+type Slot = u16;
+
+/// What the index held for a prompt on one replica just before it was placed there.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Placed {
+    /// Leading blocks the index already had for this replica.
+    pub matched: usize,
+    /// Their last-use ticks before this placement, in prompt order.
+    pub previous_ticks: Vec<u64>,
+    /// The newest tick this placement stamped.
+    pub last_tick: u64,
+    /// The replica's settled tick just before (see [`BlockIndex::settle`]).
+    pub settled: u64,
+}
+
+/// The index, all replicas together.
+#[derive(Debug)]
+pub struct BlockIndex {
+    inner: Mutex<Inner>,
+    capacity_entries: AtomicUsize,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// (block hash, replica) -> last-use tick.
+    entries: FnvHashMap<(u64, Slot), u64>,
+    /// Per replica: tick -> block hash, oldest first.
+    orders: Vec<BTreeMap<u64, u64>>,
+    /// Per replica: the newest tick of a placement whose prefill is known to be done.
+    settled: Vec<u64>,
+    slots: FnvHashMap<String, Slot>,
+    tick: u64,
+}
+
+impl BlockIndex {
+    /// An index that may use `capacity_bytes` (at least one entry).
+    pub fn new(capacity_bytes: u64) -> Self {
+        let index = Self { inner: Mutex::new(Inner::default()), capacity_entries: 0.into() };
+        index.set_capacity_bytes(capacity_bytes);
+        index
+    }
+
+    /// A new budget (a reload); applied at the next insert.
+    pub fn set_capacity_bytes(&self, bytes: u64) {
+        let entries = (bytes / ENTRY_BYTES as u64).max(1) as usize;
+        self.capacity_entries.store(entries, Ordering::Relaxed);
+    }
+
+    /// Entries held, all replicas together.
+    pub fn entries(&self) -> usize {
+        self.inner.lock().entries.len()
+    }
+
+    /// The memory the entries are estimated to use, the figure the budget bounds.
+    pub fn bytes(&self) -> u64 {
+        (self.entries() * ENTRY_BYTES) as u64
+    }
+
+    /// For each of `replicas`, how many leading `hashes` it is expected to hold.
+    pub fn matched(&self, replicas: &[&str], hashes: &[u64]) -> Vec<usize> {
+        let inner = self.inner.lock();
+        let slots: Vec<Option<Slot>> =
+            replicas.iter().map(|name| inner.slots.get(*name).copied()).collect();
+        let mut counts = vec![0; replicas.len()];
+        let mut alive: Vec<usize> = (0..replicas.len()).filter(|&i| slots[i].is_some()).collect();
+        for &hash in hashes {
+            alive.retain(|&i| {
+                let slot = slots[i].expect("only known slots are alive");
+                let held = inner.entries.contains_key(&(hash, slot));
+                counts[i] += usize::from(held);
+                held
+            });
+            if alive.is_empty() {
+                break;
+            }
+        }
+        counts
+    }
+
+    /// Records that `replica` is computing (so will cache) every block of `hashes`; returns
+    /// what it was expected to hold before. Evicts the least recently used entries beyond
+    /// the budget.
+    pub fn insert(&self, replica: &str, hashes: &[u64]) -> Placed {
+        let capacity = self.capacity_entries.load(Ordering::Relaxed);
+        let mut inner = self.inner.lock();
+        let Some(slot) = inner.slot(replica) else { return Placed::default() };
+        let previous_ticks: Vec<u64> =
+            hashes.iter().map_while(|hash| inner.entries.get(&(*hash, slot)).copied()).collect();
+        let settled = inner.settled[slot as usize];
+        let Inner { entries, orders, tick, .. } = &mut *inner;
+        let order = &mut orders[slot as usize];
+        for &hash in hashes.iter().rev() {
+            *tick += 1;
+            match entries.entry((hash, slot)) {
+                Entry::Occupied(mut held) => {
+                    order.remove(held.get());
+                    held.insert(*tick);
+                }
+                Entry::Vacant(free) => {
+                    free.insert(*tick);
+                }
+            }
+            order.insert(*tick, hash);
+        }
+        let last_tick = inner.tick;
+        while inner.entries.len() > capacity && inner.evict_oldest() {}
+        Placed { matched: previous_ticks.len(), previous_ticks, last_tick, settled }
+    }
+
+    /// A placement stamped up to `tick` on `replica` has finished its prefill: its blocks
+    /// are in the replica's cache. (Prefills finishing out of order make this approximate.)
+    pub fn settle(&self, replica: &str, tick: u64) {
+        let mut inner = self.inner.lock();
+        if let Some(&slot) = inner.slots.get(replica) {
+            let settled = &mut inner.settled[slot as usize];
+            *settled = (*settled).max(tick);
+        }
+    }
+
+    /// Drops `replica`'s entries last used before `tick`: its cache evicted a block of
+    /// that age, and it evicts least recently used first, so the older ones are gone too.
+    /// Returns how many were dropped.
+    pub fn forget_older(&self, replica: &str, tick: u64) -> usize {
+        let mut inner = self.inner.lock();
+        let Some(&slot) = inner.slots.get(replica) else { return 0 };
+        let order = &mut inner.orders[slot as usize];
+        let newer = order.split_off(&tick);
+        let older = std::mem::replace(order, newer);
+        for hash in older.values() {
+            inner.entries.remove(&(*hash, slot));
+        }
+        older.len()
+    }
+
+    /// Drops every entry of `replica` (it left the set).
+    pub fn forget_replica(&self, replica: &str) -> usize {
+        self.forget_older(replica, u64::MAX)
+    }
+}
+
+impl Inner {
+    /// The replica's slot, made on first sight; `None` once every slot is taken (its
+    /// prompts are then not indexed: placement falls back to load alone).
+    fn slot(&mut self, replica: &str) -> Option<Slot> {
+        if let Some(&slot) = self.slots.get(replica) {
+            return Some(slot);
+        }
+        let slot = Slot::try_from(self.orders.len()).ok()?;
+        self.slots.insert(replica.to_string(), slot);
+        self.orders.push(BTreeMap::new());
+        self.settled.push(0);
+        Some(slot)
+    }
+
+    /// Evicts the entry with the oldest tick of all replicas; false if there is none.
+    fn evict_oldest(&mut self) -> bool {
+        let oldest = self
+            .orders
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, order)| order.first_key_value().map(|(tick, _)| (*tick, slot)))
+            .min();
+        let Some((_, slot)) = oldest else { return false };
+        let (_, hash) = self.orders[slot].pop_first().expect("non-empty");
+        self.entries.remove(&(hash, slot as Slot));
+        true
+    }
+}

@@ -1,0 +1,144 @@
+//! `prefix_aware`: places a request where its prompt's prefix is expected to be in the KV
+//! cache, unless load makes a miss elsewhere faster; keeps sessions on one replica with
+//! bounded-load rendezvous hashing; and corrects its index from the cached tokens that
+//! replicas report. The request path: [`PromptKey`] (rendered prompt -> block hashes and
+//! session) -> [`policy::PrefixAware`] (the pick) -> [`PrefixRouter::place`] (index
+//! updated, prediction kept) -> [`PrefixFeedback`] (the replica's report, at the end).
+
+pub mod affinity;
+pub mod feedback;
+pub mod index;
+pub mod policy;
+pub mod ttft;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use http::HeaderMap;
+use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+
+use super::replica::Replica;
+use crate::gateway::config::PrefixConfig;
+use crate::openai::InferenceRequest;
+use crate::prompt_tokens::{block_hashes, mix, prompt_token_ids};
+
+pub use feedback::PrefixFeedback;
+pub use index::BlockIndex;
+pub use ttft::{QueueTtft, TtftEstimate};
+
+/// What prefix-aware placement needs from a request: its rendered prompt as chained block
+/// hashes (tokenized as the replicas tokenize, chat roles and order included) and its
+/// session, if it names one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PromptKey {
+    /// One hash per full block of the prompt.
+    pub hashes: Vec<u64>,
+    /// Blocks a replica can serve from cache: vLLM always computes a prompt's last token,
+    /// so at most `(prompt_tokens - 1) / block_size`.
+    pub max_hit_blocks: usize,
+    pub prompt_tokens: u64,
+    pub block_size: u64,
+    /// A hash of the session header's value, else of OpenAI's `user` field.
+    pub session: Option<u64>,
+}
+
+impl PromptKey {
+    pub fn new(request: &InferenceRequest, headers: &HeaderMap, config: &PrefixConfig) -> Self {
+        let tokens = prompt_token_ids(&request.prompt);
+        let block_size = config.block_size;
+        let hashes = block_hashes(&tokens, block_size as usize);
+        let prompt_tokens = tokens.len() as u64;
+        let max_hit_blocks = (prompt_tokens.saturating_sub(1) / block_size) as usize;
+        let header = headers.get(&config.session_header).map(|value| value.as_bytes());
+        let session = header
+            .filter(|value| !value.is_empty())
+            .or(request.user.as_deref().map(str::as_bytes).filter(|user| !user.is_empty()))
+            .map(hash_bytes);
+        Self { hashes, max_hit_blocks, prompt_tokens, block_size, session }
+    }
+
+    /// The hashes a cache hit can cover.
+    pub fn hittable(&self) -> &[u64] {
+        &self.hashes[..self.max_hit_blocks.min(self.hashes.len())]
+    }
+}
+
+/// A stable 64-bit hash of some bytes (session ids, replica names).
+pub fn hash_bytes(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0x7365_7373_696f_6e00, |hash, &byte| mix(hash ^ u64::from(byte)))
+}
+
+/// What a prompt-reading policy is given besides the replicas.
+pub struct PromptPick<'a> {
+    pub key: &'a PromptKey,
+    pub router: &'a PrefixRouter,
+    pub config: &'a PrefixConfig,
+}
+
+/// The index and the metrics of prefix-aware placement; outlives reloads.
+pub struct PrefixRouter {
+    pub index: BlockIndex,
+    metrics: PrefixMetrics,
+}
+
+struct PrefixMetrics {
+    /// `laneway_prefix_tokens_total{source="predicted"|"reported"}`.
+    tokens: IntCounterVec,
+    index_bytes: IntGauge,
+    /// Entries dropped because a replica reported a miss where the index expected a hit.
+    corrected: IntCounter,
+}
+
+impl PrefixRouter {
+    /// A router with an empty index, its metrics in `registry`.
+    pub fn new(config: &PrefixConfig, registry: &Registry) -> Self {
+        let tokens = IntCounterVec::new(
+            Opts::new(
+                "laneway_prefix_tokens_total",
+                "Cached prompt tokens of prefix_aware requests: as the index predicted them \
+                 and as the replica reported them (usage.prompt_tokens_details.cached_tokens)",
+            ),
+            &["source"],
+        )
+        .expect("valid");
+        let index_bytes = IntGauge::new(
+            "laneway_prefix_index_bytes",
+            "Estimated memory of the prefix_aware block index",
+        )
+        .expect("valid");
+        let corrected = IntCounter::new(
+            "laneway_prefix_index_corrected_total",
+            "Index entries dropped after a replica reported a miss the index predicted as a hit",
+        )
+        .expect("valid");
+        registry.register(Box::new(tokens.clone())).expect("unique metric name");
+        registry.register(Box::new(index_bytes.clone())).expect("unique metric name");
+        registry.register(Box::new(corrected.clone())).expect("unique metric name");
+        Self {
+            index: BlockIndex::new(config.index_bytes),
+            metrics: PrefixMetrics { tokens, index_bytes, corrected },
+        }
+    }
+
+    /// A request with `key` was placed on `replica`: the index now expects its blocks
+    /// there; the returned feedback holds the prediction until the replica reports.
+    pub fn place(self: &Arc<Self>, replica: &Arc<Replica>, key: &PromptKey) -> PrefixFeedback {
+        let mut placed = self.index.insert(&replica.name, &key.hashes);
+        placed.matched = placed.matched.min(key.max_hit_blocks);
+        placed.previous_ticks.truncate(placed.matched);
+        self.metrics.index_bytes.set(self.index.bytes() as i64);
+        let cached = placed.matched as u64 * key.block_size;
+        let owed = key.prompt_tokens.saturating_sub(cached);
+        replica.load.prefill_owed_tokens.fetch_add(owed, Ordering::Relaxed);
+        PrefixFeedback::new(self.clone(), replica.clone(), placed, key.block_size, owed)
+    }
+
+    /// The predicted and reported cached tokens counted so far.
+    pub fn predicted_and_reported(&self) -> (u64, u64) {
+        let get = |source: &str| self.metrics.tokens.with_label_values(&[source]).get();
+        (get("predicted"), get("reported"))
+    }
+}

@@ -1,0 +1,91 @@
+//! The `prefix_aware` pick. With a session: its bounded-load rendezvous replica. Else every
+//! candidate's TTFT is estimated with its own expected cache hit (the uncached tail is
+//! what it must prefill) and the fastest wins; among equals, the longest hit, then chance.
+//!
+//! That is the rule "take the longest cached prefix unless its predicted TTFT is worse than
+//! the least-loaded replica's by more than the prefill the cache saves", written as one
+//! comparison: a hit never costs more than a miss elsewhere. It is also the hot-spot
+//! guard: once a popular prefix's replica is busier than the prefill it saves, the next
+//! request goes elsewhere and that replica caches the prefix too, so a hot prefix spreads
+//! over as many replicas as its load needs.
+
+use std::sync::Arc;
+
+use rand::Rng;
+
+use super::affinity::session_replica;
+use super::ttft::{QueueTtft, TtftEstimate};
+use super::{PromptKey, PromptPick};
+use crate::gateway::pick::least_queue::LeastQueue;
+use crate::gateway::pick::policy::{PickContext, Policy};
+use crate::gateway::pick::replica::Replica;
+
+/// Estimates closer than this (in microseconds) are taken as equal.
+const TIE_US: f64 = 1.0;
+
+#[derive(Debug, Default)]
+pub struct PrefixAware;
+
+impl Policy for PrefixAware {
+    fn name(&self) -> &'static str {
+        "prefix_aware"
+    }
+
+    /// Without a prompt (a path the gateway does not interpret): `least_queue`.
+    fn pick(&self, replicas: &[Arc<Replica>], context: &PickContext) -> Option<usize> {
+        LeastQueue.pick(replicas, context)
+    }
+
+    fn reads_prompts(&self) -> bool {
+        true
+    }
+
+    fn pick_prompt(
+        &self,
+        replicas: &[Arc<Replica>],
+        context: &PickContext,
+        prompt: &PromptPick<'_>,
+    ) -> Option<usize> {
+        let candidates: Vec<usize> =
+            (0..replicas.len()).filter(|&i| Some(i) != context.exclude).collect();
+        if candidates.is_empty() {
+            return None;
+        }
+        if let Some(session) = prompt.key.session {
+            let factor = prompt.config.session_load_factor;
+            return session_replica(replicas, &candidates, session, factor);
+        }
+        let names: Vec<&str> = candidates.iter().map(|&i| replicas[i].name.as_str()).collect();
+        let matched = prompt.router.index.matched(&names, prompt.key.hittable());
+        let estimate = QueueTtft {
+            prefill_us_per_token: prompt.config.prefill_us_per_token,
+            request_us: prompt.config.request_us,
+        };
+        fastest(replicas, &candidates, &matched, prompt.key, &estimate, context)
+    }
+}
+
+/// The candidate with the lowest estimated TTFT given its `matched` blocks; ties go to the
+/// longest hit, then to chance (so an idle fleet spreads new prefixes).
+pub fn fastest(
+    replicas: &[Arc<Replica>],
+    candidates: &[usize],
+    matched: &[usize],
+    key: &PromptKey,
+    estimate: &dyn TtftEstimate,
+    context: &PickContext,
+) -> Option<usize> {
+    let scored: Vec<(f64, usize, usize)> = candidates
+        .iter()
+        .zip(matched)
+        .map(|(&i, &blocks)| {
+            let uncached = key.prompt_tokens.saturating_sub(blocks as u64 * key.block_size);
+            (estimate.ttft_us(&replicas[i], uncached, context), blocks, i)
+        })
+        .collect();
+    let best = scored.iter().map(|s| s.0).fold(f64::INFINITY, f64::min);
+    let fastest = scored.iter().filter(|s| s.0 <= best + TIE_US);
+    let longest = fastest.clone().map(|s| s.1).max()?;
+    let ties: Vec<usize> = fastest.filter(|s| s.1 == longest).map(|s| s.2).collect();
+    Some(ties[rand::rng().random_range(0..ties.len())])
+}

@@ -1,0 +1,254 @@
+//! Counts on seeded input: the index's memory bound and eviction order, rendezvous
+//! stability, bounded load, the hot-spot guard and self-correction.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use http::HeaderMap;
+use prometheus::Registry;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::affinity::session_replica;
+use super::index::{BlockIndex, ENTRY_BYTES};
+use super::policy::PrefixAware;
+use super::{PrefixRouter, PromptKey, PromptPick, hash_bytes};
+use crate::gateway::config::{PrefixConfig, ReplicaConfig};
+use crate::gateway::pick::policy::{PickContext, Policy};
+use crate::gateway::pick::replica::Replica;
+use crate::openai::InferenceRequest;
+use crate::openai::request::Endpoint;
+use crate::tokens::synthetic_text;
+
+fn replicas(count: usize) -> Vec<Arc<Replica>> {
+    (0..count)
+        .map(|i| {
+            Arc::new(Replica::new(&ReplicaConfig {
+                name: format!("r{i}"),
+                authority: "127.0.0.1:1".into(),
+                node: "n".into(),
+                tls: false,
+            }))
+        })
+        .collect()
+}
+
+fn context() -> PickContext {
+    let epoch = Instant::now();
+    PickContext { epoch, now: epoch, fresh_for: Duration::from_secs(1), exclude: None }
+}
+
+/// A chat prompt: a shared system message of `shared` tokens (from `group`'s seed) and a
+/// question of `own` tokens (from `seed`).
+fn key(group: u64, shared: u64, seed: u64, own: u64, headers: &HeaderMap) -> PromptKey {
+    let system = synthetic_text(shared, &mut StdRng::seed_from_u64(group));
+    let question = synthetic_text(own, &mut StdRng::seed_from_u64(1000 + seed));
+    let body = serde_json::json!({"messages": [
+        {"role": "system", "content": system}, {"role": "user", "content": question}
+    ]});
+    let request = InferenceRequest::parse(Endpoint::Chat, body.to_string().as_bytes()).unwrap();
+    PromptKey::new(&request, headers, &PrefixConfig::default())
+}
+
+#[test]
+fn the_index_stays_within_its_budget_and_evicts_least_recently_used_tails_first() {
+    let index = BlockIndex::new(100 * ENTRY_BYTES as u64);
+    let mut rng = StdRng::seed_from_u64(7);
+    let prompts: Vec<Vec<u64>> = (0..30).map(|_| (0..10).map(|_| rng.random()).collect()).collect();
+    for (i, prompt) in prompts.iter().enumerate() {
+        index.insert(&format!("r{}", i % 3), prompt);
+        assert!(index.entries() <= 100);
+    }
+    assert_eq!(index.entries(), 100);
+    assert_eq!(index.bytes(), 100 * ENTRY_BYTES as u64);
+    // The last ten prompts are whole; the older ones are gone.
+    for (i, prompt) in prompts.iter().enumerate() {
+        let held = index.matched(&[&format!("r{}", i % 3)], prompt)[0];
+        assert_eq!(held, if i >= 20 { 10 } else { 0 }, "prompt {i}");
+    }
+    // Touching an old prompt's head keeps it; three new entries then evict the three
+    // oldest, that prompt's last blocks.
+    index.insert("r2", &prompts[20][..4]);
+    index.insert("r0", &[1, 2, 3]);
+    assert_eq!(index.matched(&["r2"], &prompts[20])[0], 7, "tail evicted before head");
+    assert_eq!(index.matched(&["r0"], &prompts[21])[0], 10);
+    assert_eq!(index.entries(), 100);
+}
+
+#[test]
+fn matches_are_per_replica_and_stop_at_the_first_missing_block() {
+    let index = BlockIndex::new(1 << 20);
+    index.insert("a", &[1, 2, 3, 4]);
+    index.insert("b", &[1, 2, 9]);
+    assert_eq!(index.matched(&["a", "b", "c"], &[1, 2, 3, 4, 5]), vec![4, 2, 0]);
+    let placed = index.insert("b", &[1, 2, 3]);
+    assert_eq!(placed.matched, 2);
+    assert_eq!(index.forget_replica("a"), 4);
+    assert_eq!(index.matched(&["a", "b"], &[1, 2, 3]), vec![0, 3]);
+}
+
+#[test]
+fn when_a_replica_leaves_only_its_sessions_move() {
+    let set = replicas(5);
+    let all: Vec<usize> = (0..5).collect();
+    let sessions: Vec<u64> = (0..2000u64).map(|s| hash_bytes(format!("s{s}").as_bytes())).collect();
+    let before: Vec<usize> =
+        sessions.iter().map(|&s| session_replica(&set, &all, s, 1.25).unwrap()).collect();
+    let mut per_replica = [0; 5];
+    for &r in &before {
+        per_replica[r] += 1;
+    }
+    assert!(per_replica.iter().all(|&n| (300..500).contains(&n)), "{per_replica:?}");
+    let without_2: Vec<usize> = vec![0, 1, 3, 4];
+    let mut moved = 0;
+    for (session, &was) in sessions.iter().zip(&before) {
+        let now = session_replica(&set, &without_2, *session, 1.25).unwrap();
+        if was == 2 {
+            moved += 1;
+            assert_ne!(now, 2);
+        } else {
+            assert_eq!(now, was, "a session of a staying replica moved");
+        }
+    }
+    assert_eq!(moved, per_replica[2]);
+}
+
+#[test]
+fn an_overloaded_session_replica_sheds_new_requests_until_it_recovers() {
+    let set = replicas(4);
+    let all: Vec<usize> = (0..4).collect();
+    let session = hash_bytes(b"conversation-7");
+    let home = session_replica(&set, &all, session, 1.25).unwrap();
+    // 20 in flight on the home replica, none elsewhere: bound 1.25 * 20 / 4 + 1 = 7.25.
+    set[home].load.in_flight.store(20, Ordering::Relaxed);
+    let away = session_replica(&set, &all, session, 1.25).unwrap();
+    assert_ne!(away, home);
+    set[home].load.in_flight.store(1, Ordering::Relaxed);
+    assert_eq!(session_replica(&set, &all, session, 1.25).unwrap(), home);
+}
+
+/// Places `count` requests of one prompt through the policy and the router; returns the
+/// count per replica. `complete` releases each request's prefill before the next arrives;
+/// otherwise every request stays queued (in flight, its prefill owed).
+fn place_hot_prompt(count: usize, complete: bool) -> Vec<usize> {
+    let set = replicas(4);
+    let router = Arc::new(PrefixRouter::new(&PrefixConfig::default(), &Registry::new()));
+    let config = PrefixConfig::default();
+    let mut per_replica = vec![0; 4];
+    let mut held = Vec::new();
+    for n in 0..count {
+        let key = key(1, 2000, n as u64 % 3, 16, &HeaderMap::new());
+        let prompt = PromptPick { key: &key, router: &router, config: &config };
+        let chosen = PrefixAware.pick_prompt(&set, &context(), &prompt).unwrap();
+        per_replica[chosen] += 1;
+        let mut feedback = router.place(&set[chosen], &key);
+        if complete {
+            feedback.prefill_done();
+        } else {
+            set[chosen].load.in_flight.fetch_add(1, Ordering::Relaxed);
+            held.push(feedback);
+        }
+    }
+    per_replica
+}
+
+#[test]
+fn a_shared_prefix_stays_on_its_replica_while_the_hit_is_worth_it() {
+    let per_replica = place_hot_prompt(100, true);
+    assert_eq!(per_replica.iter().max(), Some(&100), "{per_replica:?}");
+}
+
+#[test]
+fn a_hot_prefix_spreads_over_every_replica_when_its_own_melts() {
+    // Nothing finishes: each request queues its prefill. The cached replica soon costs
+    // more than a miss elsewhere, so the prefix is cached everywhere and load evens out.
+    let per_replica = place_hot_prompt(400, false);
+    assert!(per_replica.iter().all(|&n| (80..=120).contains(&n)), "{per_replica:?}");
+}
+
+#[test]
+fn a_cached_replica_loses_the_request_once_its_queue_outweighs_the_saved_prefill() {
+    let set = replicas(2);
+    let router = Arc::new(PrefixRouter::new(&PrefixConfig::default(), &Registry::new()));
+    let config = PrefixConfig::default();
+    let first = key(1, 2000, 0, 16, &HeaderMap::new());
+    router.place(&set[0], &first).prefill_done();
+    let second = key(1, 2000, 1, 16, &HeaderMap::new());
+    let prompt = PromptPick { key: &second, router: &router, config: &config };
+    // The hit saves 125 blocks (2000 tokens) of prefill at 75 us: 150 ms.
+    set[0].load.prefill_owed_tokens.store(1900, Ordering::Relaxed);
+    for _ in 0..20 {
+        assert_eq!(PrefixAware.pick_prompt(&set, &context(), &prompt), Some(0));
+    }
+    set[0].load.prefill_owed_tokens.store(2100, Ordering::Relaxed);
+    for _ in 0..20 {
+        assert_eq!(PrefixAware.pick_prompt(&set, &context(), &prompt), Some(1));
+    }
+}
+
+#[test]
+fn sessions_are_read_from_the_header_then_the_user_field() {
+    let mut headers = HeaderMap::new();
+    let none = key(1, 64, 0, 8, &headers);
+    assert_eq!(none.session, None);
+    headers.insert("x-session-id", "abc".parse().unwrap());
+    assert_eq!(key(1, 64, 0, 8, &headers).session, Some(hash_bytes(b"abc")));
+    let body = br#"{"messages":[{"role":"user","content":"hi"}],"user":"u1"}"#;
+    let request = InferenceRequest::parse(Endpoint::Chat, body).unwrap();
+    let from_user = PromptKey::new(&request, &HeaderMap::new(), &PrefixConfig::default());
+    assert_eq!(from_user.session, Some(hash_bytes(b"u1")));
+    // 64 + 8 text tokens and 8 template tokens: 5 full blocks, the last not hittable.
+    assert_eq!((none.hashes.len(), none.max_hit_blocks), (5, 4));
+}
+
+#[test]
+fn a_reported_miss_drops_the_entries_older_than_the_evicted_block() {
+    let set = replicas(1);
+    let router = Arc::new(PrefixRouter::new(&PrefixConfig::default(), &Registry::new()));
+    let headers = HeaderMap::new();
+    let old = key(1, 320, 0, 16, &headers);
+    let hot = key(2, 320, 0, 16, &headers);
+    let recent = key(3, 320, 0, 16, &headers);
+    router.place(&set[0], &old).report(0);
+    router.place(&set[0], &hot).report(0);
+    assert_eq!(router.predicted_and_reported(), (0, 0));
+    // A request of the hot prompt placed while another is still prefilling it: its miss
+    // is no eviction, and nothing is dropped.
+    let entries = router.index.entries();
+    let prefilling = router.place(&set[0], &hot);
+    router.place(&set[0], &hot).report(0);
+    assert_eq!(router.index.entries(), entries);
+    drop(prefilling);
+    router.place(&set[0], &hot).prefill_done();
+    router.place(&set[0], &recent).prefill_done();
+    let counted = hot.max_hit_blocks as u64 * 16;
+    assert_eq!(router.predicted_and_reported(), (counted, 0));
+    // The hot prompt again, every earlier prefill done: the index expects all its
+    // hittable blocks; the replica reports it evicted them from block 5 on.
+    let mut again = router.place(&set[0], &hot);
+    assert_eq!(again.predicted_tokens(), counted);
+    again.report(5 * 16);
+    assert_eq!(router.predicted_and_reported(), (2 * counted, 80));
+    let matched = |k: &PromptKey| router.index.matched(&["r0"], k.hittable())[0];
+    assert_eq!(matched(&old), 0, "older than the evicted block: dropped");
+    assert_eq!(matched(&recent), recent.max_hit_blocks, "newer: kept");
+    assert_eq!(matched(&hot), hot.max_hit_blocks, "just computed again: kept");
+    // A report that matches the prediction changes nothing.
+    let entries = router.index.entries();
+    router.place(&set[0], &recent).report(recent.max_hit_blocks as u64 * 16);
+    assert_eq!(router.index.entries(), entries);
+}
+
+#[test]
+fn owed_prefill_is_released_once() {
+    let set = replicas(1);
+    let router = Arc::new(PrefixRouter::new(&PrefixConfig::default(), &Registry::new()));
+    let prompt = key(1, 100, 0, 10, &HeaderMap::new());
+    let mut feedback = router.place(&set[0], &prompt);
+    assert_eq!(set[0].load.prefill_owed_tokens(), prompt.prompt_tokens);
+    feedback.prefill_done();
+    feedback.prefill_done();
+    drop(feedback);
+    assert_eq!(set[0].load.prefill_owed_tokens(), 0);
+}
