@@ -23,6 +23,7 @@ mod gateway_config;
 mod gateway_discovery;
 mod gateway_entries;
 mod gateway_hardening;
+mod gateway_prefix;
 mod gateway_scale_out;
 mod gateway_strategies;
 mod gateway_streaming;

@@ -3,12 +3,11 @@
 //! hit ratio (as the replicas report it) than `least_queue`, its reported-token counter
 //! agrees with the responses, and sessions stick to one replica until it is drained.
 
-mod gateway_support;
 
 use std::collections::{HashMap, HashSet};
 
 use futures_util::StreamExt;
-use gateway_support::*;
+use crate::support::gateway::*;
 use laneway::gateway::config::PolicyKind;
 use laneway::tokens::synthetic_text;
 use rand::SeedableRng;
