@@ -31,6 +31,8 @@ pub struct Shared {
     pub abort_streams: watch::Receiver<bool>,
     /// The canary comparison keeps its samples across reloads.
     pub canary: CanaryRecorder,
+    /// The latest N-1 capacity report and its gauges.
+    pub capacity: Arc<crate::gateway::capacity::CapacityShared>,
 }
 
 impl Shared {
@@ -44,6 +46,7 @@ impl Shared {
                 reliability_metrics.clone(),
             )),
             retry_budget: Arc::new(RetryBudget::new(&reliability.retry)),
+            capacity: Arc::new(crate::gateway::capacity::CapacityShared::new(metrics.registry())),
             metrics,
             reliability_metrics,
             abort_streams,

@@ -45,6 +45,8 @@ pub struct RawConfig {
     pub admission: RawAdmission,
     #[serde(default)]
     pub limits: RawLimits,
+    #[serde(default)]
+    pub capacity: super::capacity::RawCapacity,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -145,4 +147,8 @@ pub struct RawReplica {
     pub name: Option<String>,
     pub url: Option<String>,
     pub node: Option<String>,
+    /// Every node of a replica that spans several (`node` is the one-node form).
+    pub nodes: Option<Vec<String>>,
+    pub rack: Option<String>,
+    pub capacity_rps: Option<f64>,
 }

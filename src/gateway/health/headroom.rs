@@ -49,6 +49,7 @@ mod tests {
                     authority: "127.0.0.1:1".into(),
                     node: (*node).into(),
                     tls: false,
+                    placement: Default::default(),
                 }))
             })
             .collect();

@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 use prometheus::Histogram;
 
 use super::metrics::GatewayMetrics;
-use crate::canary::{self, CanaryRecorder};
+use crate::canary::{self, CanaryRecorder, Slo};
 use crate::gateway::access_log::{self, AccessContext, AccessRecord};
 use crate::gateway::entry::{Entry, Strategy};
+use crate::gateway::pick::Replica;
 use crate::openai::sse::{SseEvent, SseScanner, Usage};
 
 /// Largest non-streamed JSON response kept to read its `usage`.
@@ -72,6 +73,8 @@ pub struct Recorder {
     /// Set on proxied requests: the access line is written at the end.
     access: Option<AccessContext>,
     canary: Option<CanaryRecorder>,
+    /// The replica that served it and the SLO it is judged by, for capacity learning.
+    capacity: Option<(Arc<Replica>, Slo)>,
 }
 
 impl Recorder {
@@ -97,6 +100,7 @@ impl Recorder {
             usage: None,
             finished: false,
             canary: None,
+            capacity: None,
             access: None,
         }
     }
@@ -104,6 +108,12 @@ impl Recorder {
     /// Also reports the finished request to the canary comparison.
     pub fn with_canary(mut self, canary: CanaryRecorder) -> Self {
         self.canary = Some(canary);
+        self
+    }
+
+    /// Counts the finished request, and whether it met `slo`, on the replica that served it.
+    pub fn with_capacity(mut self, replica: Arc<Replica>, slo: Slo) -> Self {
+        self.capacity = Some((replica, slo));
         self
     }
 
@@ -210,16 +220,24 @@ impl Recorder {
             self.metrics.tpot.with_label_values(&labels).observe(per_token);
             tpot = Some(std::time::Duration::from_secs_f64(per_token));
         }
+        let observed = canary::Outcome {
+            entry: String::new(),
+            variant: String::new(),
+            ok: outcome == Outcome::Complete && self.labels.status_class == "2xx",
+            ttft: self.first_token_at.map(|at| at.duration_since(self.received_at)),
+            tpot,
+            e2e,
+            prompt_tokens,
+            completion_tokens,
+        };
+        if let Some((replica, slo)) = &self.capacity {
+            replica.load.record_finished(slo.is_met_by(&observed));
+        }
         if let Some(canary) = &self.canary {
             canary.record(canary::Outcome {
                 entry: entry.to_string(),
                 variant: self.labels.variant.to_string(),
-                ok: outcome == Outcome::Complete && self.labels.status_class == "2xx",
-                ttft: self.first_token_at.map(|at| at.duration_since(self.received_at)),
-                tpot,
-                e2e,
-                prompt_tokens,
-                completion_tokens,
+                ..observed
             });
         }
     }

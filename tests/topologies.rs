@@ -1,13 +1,17 @@
-//! Cross-node replicas (PP2/TP8 and TP16 over TCP or eRDMA): each built-in profile lands
-//! within 15% of the published cell it is fitted to, and the field's orderings come out of
-//! the engine, all on simulated time.
+//! The seeds' topologies end to end.
 //!
-//! The engine runs on tokio's paused clock: simulated time only advances when every task
+//! Cross-node replicas in the simulator (PP2/TP8 and TP16 over TCP or eRDMA): each built-in
+//! profile lands within 15% of the published cell it is fitted to, and the field's
+//! orderings come out of the engine, all on simulated time. The engine runs on tokio's paused clock: simulated time only advances when every task
 //! waits, so closed-loop clients answer a finished request at the very instant it finished
 //! and the figures are exact and repeatable whatever the machine's load.
 
+mod gateway_support;
+
 use std::sync::Arc;
 
+use gateway_support::*;
+use laneway::gateway::config::Placement;
 use laneway::sim::Profile;
 use laneway::sim::clock::SimClock;
 use laneway::sim::engine::{Engine, EngineLoad, EngineRequest, TokenBatch};
@@ -189,4 +193,83 @@ async fn deepseek_v4_flash_pipeline_matches_its_50000_token_cell() {
     let samples = closed_loop("h20-pp2tp8", 1, 1, 50000, 1000).await;
     let e2e = samples[0].ttft + samples[0].tpot * 999.0;
     assert_within_15_percent("h20-pp2tp8 50000/1000 E2E s", e2e, 26.3);
+}
+
+/// Fault units and N-1 at SLO in a running gateway: a replica spanning nodes b and c is
+/// lost with either; the report and the gauges compare what survives each unit with the
+/// measured demand; a replica with no configured capacity gets a learned one from traffic.
+#[tokio::test]
+async fn the_gateway_judges_n_minus_one_per_fault_unit() {
+    let sims = start_sims(3, 1).await;
+    let placed = |name: &str, index: usize, nodes: &[&str], rps: Option<f64>| {
+        let mut replica = replica(name, sims[index].addr());
+        replica.node = nodes[0].to_string();
+        replica.placement = Placement {
+            other_nodes: nodes[1..].iter().map(|n| n.to_string()).collect(),
+            rack: Some("r1".into()),
+            capacity_rps: rps,
+        };
+        replica
+    };
+    let replicas = vec![
+        placed("tp8-a", 0, &["a"], Some(7.0)),
+        placed("tp8-b", 1, &["b"], Some(7.0)),
+        placed("pp2", 2, &["b", "c"], None),
+    ];
+    let mut config = loopback_config(replicas);
+    config.capacity.window = std::time::Duration::from_millis(100);
+    let gateway = start_gateway(config).await;
+    let client = reqwest::Client::new();
+    let report = || async {
+        let text = client.get(admin_url(&gateway, "/admin/capacity")).send().await.unwrap();
+        text.json::<serde_json::Value>().await.unwrap()
+    };
+    let unit = |report: &serde_json::Value, unit: &str| {
+        report["what_if"].as_array().unwrap().iter().find(|w| w["unit"] == unit).cloned().unwrap()
+    };
+    // Before any traffic: b takes tp8-b and the spanning pp2; only tp8-a is left.
+    let first = report().await;
+    assert_eq!(unit(&first, "node/b")["lost"], serde_json::json!(["tp8-b", "pp2"]));
+    assert_eq!(unit(&first, "node/b")["surviving"], serde_json::json!(["tp8-a"]));
+    assert_eq!(unit(&first, "node/c")["lost"], serde_json::json!(["pp2"]));
+    assert_eq!(unit(&first, "rack/r1")["surviving"], serde_json::json!([]));
+    // pp2's capacity is unknown: what survives a or c cannot be judged yet.
+    assert!(unit(&first, "node/a")["headroom_rps"].is_null());
+    // Traffic: every replica serves requests, pp2's capacity is learned.
+    let mut learned = None;
+    for _ in 0..200 {
+        for _ in 0..3 {
+            let response = client
+                .post(url(&gateway, "/v1/chat/completions"))
+                .json(&chat_body(20, 4, false))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200);
+        }
+        let now = report().await;
+        let pp2 = now["replicas"].as_array().unwrap().iter().find(|r| r["name"] == "pp2").cloned();
+        if let Some(pp2) = pp2.filter(|r| r["source"] == "learned") {
+            learned = Some((pp2["capacity_rps"].as_f64().unwrap(), now));
+            break;
+        }
+    }
+    let (pp2_rps, now) = learned.expect("pp2's capacity learned within 200 rounds");
+    assert!(pp2_rps > 0.0);
+    let demand = now["demand_rps"].as_f64().unwrap();
+    let margin = now["margin"].as_f64().unwrap();
+    assert_eq!(margin, 0.10);
+    for (name, surviving) in [("node/a", 7.0 + pp2_rps), ("node/b", 7.0), ("node/c", 14.0)] {
+        let headroom = unit(&now, name)["headroom_rps"].as_f64().unwrap();
+        let expected = surviving - demand * (1.0 + margin);
+        assert!((headroom - expected).abs() < 1e-9, "{name}: {headroom} vs {expected}");
+    }
+    // The gauges carry the same judgement, and the worst unit is named.
+    let text = gateway.metrics_text();
+    assert!(sample(&text, "laneway_n_minus_one_headroom_rps{unit=\"node/b\"}").is_some(), "{text}");
+    assert!(sample(&text, "laneway_n_minus_one_worst_headroom_rps{unit=").is_some(), "{text}");
+    assert!(
+        sample(&text, "laneway_replica_capacity_rps{replica=\"tp8-a\",source=\"configured\"}")
+            .is_some()
+    );
 }
