@@ -273,3 +273,19 @@ async fn the_gateway_judges_n_minus_one_per_fault_unit() {
             .is_some()
     );
 }
+
+#[test]
+fn the_topology_canary_config_loads_with_its_spanning_replicas() {
+    let config =
+        laneway::gateway::GatewayConfig::load(std::path::Path::new("config/topology-canary.toml"))
+            .unwrap();
+    let nodes = |name: &str| {
+        let replica = config.replicas.iter().find(|r| r.name == name).unwrap();
+        replica.nodes().map(str::to_string).collect::<Vec<_>>()
+    };
+    assert_eq!(nodes("tp8-a"), ["h20-1"]);
+    assert_eq!(nodes("pp2tp8"), ["h20-3", "h20-4"]);
+    assert_eq!(nodes("tp16-erdma"), ["h20-5", "h20-6"]);
+    assert_eq!(config.pools.len(), 3);
+    assert_eq!(config.capacity.margin, 0.20);
+}
