@@ -3,12 +3,14 @@
 # vllm-router, in front of one simulated TP8x2 fleet (two `laneway sim --profile h20-tp8
 # --api-workers 4` replicas on loopback).
 #
-#   benches/peers.sh [--quick] [install|short|long|overhead|streams|prefix|all]...
+#   benches/peers.sh [--quick] [install|short|long|overhead|streams|prefix|topologies|all]...
 #
 # Parts: short (1000/300/c6 and a short-output sweep), long (9000/600/c2, 50000/1000/c1),
 # overhead (tiny requests at 5,000 req/s open loop, then saturation), streams (5,000
 # concurrent SSE streams through laneway), prefix (prefix-cache and session-aware routing on
-# a TP4x4 fleet, benches/peers/prefix.sh; not part of `all`). `all` runs every part (about 17 minutes on
+# a TP4x4 fleet, benches/peers/prefix.sh), topologies (the business cases and a sweep on
+# each simulated topology, beside the published cells); prefix and topologies are not part
+# of `all`. `all` runs every part (about 17 minutes on
 # 2 cores, 3 of them building laneway); `--quick` runs a much smaller version of each
 # (about 2.5 minutes after the build).
 # Results go to benches/results/<date>[-quick]/ (override with PEERS_OUT=DIR):
@@ -27,7 +29,7 @@ PARTS=()
 for arg in "$@"; do
     case "$arg" in
         --quick) QUICK=1 ;;
-        install | short | long | overhead | streams | prefix | all) PARTS+=("$arg") ;;
+        install | short | long | overhead | streams | prefix | topologies | all) PARTS+=("$arg") ;;
         -h | --help) sed -n '2,/^set -euo/p' "$0" | grep '^#'; exit 0 ;;
         *) echo "unknown argument: $arg (see --help)" >&2; exit 2 ;;
     esac
@@ -106,9 +108,17 @@ wait_http() {
 source "$PEERS_DIR/listening.sh"
 # part_prefix and its TP4x4 fleet and starters.
 source "$PEERS_DIR/prefix.sh"
+# part_topologies
+source "$PEERS_DIR/topologies.sh"
 
 # ------------------------------------------------------------------------------ install
 install_tools() {
+    # The topologies part measures simulated topologies directly: no peer to install.
+    if [[ " ${PARTS[*]} " == " topologies " ]]; then
+        log "building laneway (release)"
+        (cd "$ROOT" && cargo build --release --quiet --bin laneway)
+        return
+    fi
     if ! command -v haproxy >/dev/null; then
         log "installing haproxy (Debian)"
         apt-get install -y haproxy >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get install -y haproxy >/dev/null; }
@@ -423,6 +433,7 @@ main() {
             overhead) part_overhead ;;
             streams) part_streams ;;
             prefix) part_prefix ;;
+            topologies) part_topologies ;;
         esac
     done
     python3 "$PEERS_DIR/verdict.py" targets "$OUT" | tee -a "$OUT/results.md"

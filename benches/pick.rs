@@ -18,6 +18,7 @@ fn picker(replicas: usize, policy: PolicyKind) -> Arc<Picker> {
             authority: format!("10.0.{}.{}:8000", i / 256, i % 256),
             node: format!("n{}", i / 2),
             tls: false,
+            placement: Default::default(),
         })
         .collect();
     let mut config = GatewayConfig::with_replicas(replicas);

@@ -24,6 +24,7 @@ pub async fn start_replicas() -> anyhow::Result<(Vec<SimHandle>, Vec<ReplicaConf
             authority: handle.addr().to_string(),
             node: format!("node-{}", index / 2),
             tls: false,
+            placement: Default::default(),
         });
         handles.push(handle);
     }

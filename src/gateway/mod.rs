@@ -3,7 +3,8 @@
 //! [`forward`] (which connection) -> [`observe`] (what it cost). [`config`] is validated
 //! once per load; [`reload`] switches it atomically; [`health`] and [`admission`] decide
 //! which replicas take requests and how many; [`variants`] assigns canary variants;
-//! [`canary_actions`] changes weights on verdicts when configured; [`admin`] serves
+//! [`canary_actions`] changes weights on verdicts when configured; [`capacity`] judges N-1
+//! at SLO per fault unit; [`admin`] serves
 //! `/metrics`, `/health`, the admin API and the status page.
 
 pub mod access_log;
@@ -12,6 +13,7 @@ pub mod admission;
 pub mod auth;
 pub mod body;
 pub mod canary_actions;
+pub mod capacity;
 pub mod classify;
 pub mod config;
 pub mod demo;
@@ -222,6 +224,7 @@ pub async fn spawn(config: GatewayConfig) -> anyhow::Result<GatewayHandle> {
     let health_checks = health::active::spawn(live.clone());
     // Ends with the recorder; acts only when the config enables it.
     canary_actions::spawn(live.clone(), stopped.clone());
+    capacity::spawn(live.clone(), stopped.clone());
     let reloader = Arc::new(Reloader::start(live).await);
     Ok(GatewayHandle {
         addr,

@@ -33,6 +33,8 @@ pub struct Shared {
     pub canary: CanaryRecorder,
     /// The `prefix_aware` index keeps what it learned across reloads.
     pub prefix: Arc<PrefixRouter>,
+    /// The latest N-1 capacity report and its gauges.
+    pub capacity: Arc<crate::gateway::capacity::CapacityShared>,
 }
 
 impl Shared {
@@ -47,6 +49,7 @@ impl Shared {
             )),
             retry_budget: Arc::new(RetryBudget::new(&reliability.retry)),
             prefix: Arc::new(PrefixRouter::new(&config.prefix, metrics.registry())),
+            capacity: Arc::new(crate::gateway::capacity::CapacityShared::new(metrics.registry())),
             metrics,
             reliability_metrics,
             abort_streams,

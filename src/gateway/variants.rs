@@ -227,6 +227,7 @@ mod tests {
             authority: "127.0.0.1:1".into(),
             node: "n".into(),
             tls: false,
+            placement: Default::default(),
         }];
         let mut config = GatewayConfig::with_replicas(replicas);
         config.canary.sticky_header = Some(HeaderName::from_static("x-user-id"));

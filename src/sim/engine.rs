@@ -18,7 +18,8 @@
 //!          + attention_ns_per_token_pair / 1000 * sum over chunks of c * (p + c / 2)
 //!          + decode_us_per_seq * decoding_seqs )
 //! ```
-//! where a chunk of `c` tokens starts at prompt position `p`. Steps follow each other in
+//! where a chunk of `c` tokens starts at prompt position `p`. A replica that spans nodes
+//! adds its cross-node link's cost, see [`super::topology`]. Steps follow each other in
 //! simulated time; the engine sleeps until each step's end on the scaled wall clock, and
 //! waits on its inbox (no CPU) when nothing runs. A step never starts before the requests
 //! it schedules arrived.
@@ -34,6 +35,7 @@ use super::fault::Fault;
 use super::kv_cache::{KvCache, SequenceBlocks};
 use super::metrics::SimMetrics;
 use super::profile::EngineProfile;
+use super::topology::SequenceWork;
 
 /// A request handed to the engine by an API worker.
 #[derive(Debug)]
@@ -175,22 +177,36 @@ impl Engine {
         let decoding = running.iter().filter(|s| s.is_decoding()).count() as u64;
         let mut budget = profile.max_num_batched_tokens.saturating_sub(decoding);
         let mut chunks = vec![0; running.len()];
+        let mut work = Vec::with_capacity(running.len());
         let mut prefill_tokens = 0;
         let mut attention_pairs = 0.0;
         for (chunk, sequence) in chunks.iter_mut().zip(running) {
-            if sequence.is_decoding() || budget == 0 {
+            if sequence.is_decoding() {
+                work.push(SequenceWork { tokens: 1, compute_us: profile.decode_us_per_seq });
+                continue;
+            }
+            if budget == 0 {
                 continue;
             }
             let size = (sequence.prompt_tokens - sequence.prefilled).min(budget);
             budget -= size;
             *chunk = size;
+            let pairs = size as f64 * (sequence.prefilled as f64 + size as f64 / 2.0);
             prefill_tokens += size;
-            attention_pairs += size as f64 * (sequence.prefilled as f64 + size as f64 / 2.0);
+            attention_pairs += pairs;
+            let compute_us = profile.prefill_us_per_token * size as f64
+                + profile.attention_ns_per_token_pair / 1000.0 * pairs;
+            work.push(SequenceWork { tokens: size, compute_us });
         }
-        let cost_us = profile.step_base_us
-            + profile.prefill_us_per_token * prefill_tokens as f64
-            + profile.attention_ns_per_token_pair / 1000.0 * attention_pairs
-            + profile.decode_us_per_seq * decoding as f64;
+        let cost_us = match &profile.cross_node {
+            Some(cross_node) => cross_node.step_us(profile.step_base_us, &work),
+            None => {
+                profile.step_base_us
+                    + profile.prefill_us_per_token * prefill_tokens as f64
+                    + profile.attention_ns_per_token_pair / 1000.0 * attention_pairs
+                    + profile.decode_us_per_seq * decoding as f64
+            }
+        };
         StepPlan { chunks, cost_us }
     }
 

@@ -30,6 +30,7 @@ pub mod server;
 pub mod state;
 pub mod stats;
 pub mod stream;
+pub mod topology;
 
 use std::io::Write;
 use std::net::IpAddr;

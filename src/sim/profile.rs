@@ -7,12 +7,21 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::config::SimError;
+use super::topology::CrossNodeProfile;
 
 /// The profiles compiled into the binary, by name.
 const BUILT_IN: &[(&str, &str)] = &[
     ("tiny", include_str!("../../config/profiles/tiny.toml")),
     ("h20-tp4", include_str!("../../config/profiles/h20-tp4.toml")),
     ("h20-tp8", include_str!("../../config/profiles/h20-tp8.toml")),
+    ("h20-pp2tp8", include_str!("../../config/profiles/h20-pp2tp8.toml")),
+    ("h20-tp16-erdma", include_str!("../../config/profiles/h20-tp16-erdma.toml")),
+    ("qwen3-32b-pp2tp8-tcp", include_str!("../../config/profiles/qwen3-32b-pp2tp8-tcp.toml")),
+    ("qwen3-32b-tp16-tcp", include_str!("../../config/profiles/qwen3-32b-tp16-tcp.toml")),
+    ("dsv4-pro-tp16-tcp", include_str!("../../config/profiles/dsv4-pro-tp16-tcp.toml")),
+    ("dsv4-pro-tp16-erdma", include_str!("../../config/profiles/dsv4-pro-tp16-erdma.toml")),
+    ("glm52-pp2tp8-erdma", include_str!("../../config/profiles/glm52-pp2tp8-erdma.toml")),
+    ("glm52-tp16-erdma", include_str!("../../config/profiles/glm52-tp16-erdma.toml")),
 ];
 
 /// Everything that decides how a simulated replica behaves in time.
@@ -53,6 +62,9 @@ pub struct EngineProfile {
     /// Tokens per KV block, the unit prefix caching shares (vLLM's `--block-size`).
     #[serde(default = "default_block_size")]
     pub block_size: u64,
+    /// A replica spanning nodes: its link and layout (absent: one node).
+    #[serde(default)]
+    pub cross_node: Option<CrossNodeProfile>,
 }
 
 fn default_enable_prefix_caching() -> bool {
@@ -174,6 +186,11 @@ impl Profile {
                 engine.step_base_us,
                 "must be > 0 (a step always takes time)",
             ));
+        }
+        if let Some(cross_node) = &engine.cross_node {
+            cross_node
+                .validate()
+                .map_err(|(field, value, reason)| invalid(field, value, reason))?;
         }
         if self.served_model_name.is_empty() {
             return Err(invalid("served_model_name", "\"\"", "must not be empty"));

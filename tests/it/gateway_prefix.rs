@@ -3,11 +3,10 @@
 //! hit ratio (as the replicas report it) than `least_queue`, its reported-token counter
 //! agrees with the responses, and sessions stick to one replica until it is drained.
 
-
 use std::collections::{HashMap, HashSet};
 
-use futures_util::StreamExt;
 use crate::support::gateway::*;
+use futures_util::StreamExt;
 use laneway::gateway::config::PolicyKind;
 use laneway::tokens::synthetic_text;
 use rand::SeedableRng;

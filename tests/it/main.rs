@@ -38,3 +38,4 @@ mod sim_engine;
 mod sim_faults;
 mod sim_load;
 mod sim_prefix_cache;
+mod topologies;

@@ -39,6 +39,7 @@ pub fn replica(name: &str, addr: SocketAddr) -> ReplicaConfig {
         authority: addr.to_string(),
         node: format!("node-{name}"),
         tls: false,
+        placement: Default::default(),
     }
 }
 

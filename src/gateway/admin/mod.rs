@@ -1,5 +1,6 @@
 //! The admin listener: `GET /metrics` (Prometheus text) and `GET /health` for machines, the
-//! admin API under `/admin/` (replicas and drain, variant weights, the canary report) and
+//! admin API under `/admin/` (replicas and drain, variant weights, the canary report, the
+//! N-1 capacity what-if) and
 //! the status page at `/` for operators. Access rules are in [`auth`].
 
 pub mod auth;
@@ -16,6 +17,7 @@ use axum::http::request::Parts;
 use axum::response::{Html, IntoResponse, Json, Response};
 use axum::routing::{get, post, put};
 
+use crate::gateway::capacity::CapacityReport;
 use crate::gateway::config::reliability::NO_REPLICA_LIMIT;
 use crate::gateway::health::headroom;
 use crate::gateway::reload::LiveState;
@@ -37,6 +39,7 @@ pub fn router(live: Arc<LiveState>) -> Router {
         .route("/admin/variants", get(variants::list))
         .route("/admin/variants/{entry}", put(variants::set_weights))
         .route("/admin/canary", get(variants::report))
+        .route("/admin/capacity", get(capacity))
         .with_state(live)
 }
 
@@ -92,6 +95,12 @@ pub fn render_metrics(state: &GatewayState) -> String {
     state.metrics.render(&state.picker)
 }
 
+/// The N-1 what-if table: each fault unit, the replicas it takes down, and the headroom at
+/// SLO left (as of the last capacity window).
+async fn capacity(Authorized(state): Reader) -> Response {
+    Json(CapacityReport::clone(&state.shared.capacity.report.load())).into_response()
+}
+
 /// 200 with each replica's in-flight count and scrape age.
 async fn health(State(live): State<Arc<LiveState>>) -> impl IntoResponse {
     let state = live.load_full();
@@ -105,6 +114,7 @@ async fn health(State(live): State<Arc<LiveState>>) -> impl IntoResponse {
             serde_json::json!({
                 "name": replica.name,
                 "node": replica.node,
+                "nodes": replica.nodes().collect::<Vec<_>>(),
                 "in_flight": replica.load.in_flight(),
                 "in_rotation": replica.accepts_new_requests(),
                 "recent_failures": replica.load.failures(),

@@ -29,6 +29,8 @@ fn describe(state: &GatewayState, replica: &Replica, now: Instant) -> Value {
         "name": replica.name,
         "url": format!("{}://{}", replica.scheme(), replica.authority),
         "node": replica.node,
+        "nodes": replica.nodes().collect::<Vec<_>>(),
+        "rack": replica.placement.rack,
         "pools": pools,
         "draining": replica.is_draining(),
         "accepts_new_requests": replica.accepts_new_requests(),

@@ -10,6 +10,7 @@ fn setup(max_in_flight: u64, per_replica: u64, queue_size: usize) -> (Arc<Admiss
         authority: "127.0.0.1:9".into(),
         node: "n".into(),
         tls: false,
+        placement: Default::default(),
     }];
     let config = GatewayConfig::with_replicas(replicas);
     let limits = AdmissionConfig {

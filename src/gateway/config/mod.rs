@@ -3,6 +3,7 @@
 //! by its path (`replicas[2].url: ...`).
 
 mod canary;
+mod capacity;
 mod prefix;
 mod raw;
 pub mod reliability;
@@ -20,6 +21,7 @@ use crate::gateway::tls::TlsConfig;
 use crate::gateway::upstream_tls::UpstreamTlsConfig;
 
 pub use canary::{AdminConfig, CanaryConfig, DEFAULT_VARIANT_NAME, PoolConfig, VariantConfig};
+pub use capacity::{CapacityConfig, Placement};
 pub use prefix::PrefixConfig;
 pub use validate::{ConfigError, ConfigIssue};
 pub use verdicts::Automation;
@@ -65,12 +67,20 @@ pub struct ReplicaConfig {
     /// `https://`: reached over TLS (`[upstream_tls]`), its certificate verified against
     /// the host of `authority`.
     pub tls: bool,
+    /// Nodes beyond `node`, rack and configured capacity (fault units and N-1).
+    pub placement: Placement,
 }
 
 impl ReplicaConfig {
     /// The URL scheme: `https` or `http`.
     pub fn scheme(&self) -> &'static str {
         if self.tls { "https" } else { "http" }
+    }
+
+    /// Every node it runs on, `node` first.
+    pub fn nodes(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.node.as_str())
+            .chain(self.placement.other_nodes.iter().map(String::as_str))
     }
 }
 
@@ -154,6 +164,8 @@ pub struct GatewayConfig {
     pub reliability: reliability::ReliabilityConfig,
     /// The `prefix_aware` policy and session affinity (`[prefix]`).
     pub prefix: PrefixConfig,
+    /// Capacity at SLO and N-1 headroom (`[capacity]`).
+    pub capacity: CapacityConfig,
 }
 
 /// The configuration used when none is given; replicas are added by the caller.

@@ -47,6 +47,7 @@ pub struct RawConfig {
     pub limits: RawLimits,
     #[serde(default)]
     pub prefix: super::prefix::RawPrefix,
+    pub capacity: super::capacity::RawCapacity,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -147,4 +148,8 @@ pub struct RawReplica {
     pub name: Option<String>,
     pub url: Option<String>,
     pub node: Option<String>,
+    /// Every node of a replica that spans several (`node` is the one-node form).
+    pub nodes: Option<Vec<String>>,
+    pub rack: Option<String>,
+    pub capacity_rps: Option<f64>,
 }

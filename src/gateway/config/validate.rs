@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::canary;
+use super::capacity;
 use super::raw::{RawConfig, RawEntries, RawEntry, RawReplica};
 use super::reliability::{self, Ranges, RawReliability, ReliabilityConfig};
 use super::{DebugAccess, EntryConfig, GatewayConfig, PolicyKind, ReplicaConfig};
@@ -190,6 +191,7 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
         }),
         reliability: reliability_section(&raw, issues),
         prefix: super::prefix::prefix(&raw.prefix, issues),
+        capacity: capacity::capacity(&raw.capacity, issues),
     };
     if !raw.entries.debug.variants.is_empty() {
         issues
@@ -289,8 +291,8 @@ fn replicas(raw: &[RawReplica], issues: &mut Issues) -> Vec<ReplicaConfig> {
                 (String::new(), false)
             }),
         };
-        let node = replica.node.clone().unwrap_or_else(|| name.clone());
-        replicas.push(ReplicaConfig { name, authority, node, tls });
+        let (node, placement) = capacity::placement(replica, &path, &name, issues);
+        replicas.push(ReplicaConfig { name, authority, node, tls, placement });
     }
     replicas
 }

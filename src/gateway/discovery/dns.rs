@@ -130,6 +130,7 @@ impl DnsDiscovery {
                 // DNS says nothing about nodes: each address is its own fault domain.
                 node: addr.ip().to_string(),
                 tls: self.https,
+                placement: Default::default(),
             })
             .collect())
     }

@@ -18,6 +18,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::fault_units::SliceMetadata;
 use super::{Discovered, Source};
 use crate::gateway::config::ReplicaConfig;
 use crate::gateway::upstream_tls;
@@ -246,6 +247,8 @@ struct SliceList {
 #[derive(Debug, Deserialize)]
 struct Slice {
     #[serde(default)]
+    metadata: SliceMetadata,
+    #[serde(default)]
     ports: Option<Vec<SlicePort>>,
     #[serde(default)]
     endpoints: Option<Vec<Endpoint>>,
@@ -296,13 +299,14 @@ fn replicas_of(list: &SliceList, port_name: Option<&str>) -> Vec<ReplicaConfig> 
                 let Ok(ip) = address.parse::<IpAddr>() else { continue };
                 let authority = SocketAddr::new(ip, port).to_string();
                 let pod = endpoint.target_ref.as_ref().and_then(|t| t.name.clone());
-                let mut name = pod.unwrap_or_else(|| authority.clone());
+                let mut name = pod.clone().unwrap_or_else(|| authority.clone());
                 if replicas.iter().any(|r| r.name == name) {
                     name = authority.clone();
                 }
-                let node = endpoint.node_name.clone().unwrap_or_else(|| name.clone());
+                let node_name = endpoint.node_name.clone().unwrap_or_else(|| name.clone());
+                let (node, placement) = slice.metadata.placement(pod.as_deref(), node_name);
                 // `replica_https` is applied by the caller.
-                replicas.push(ReplicaConfig { name, authority, node, tls: false });
+                replicas.push(ReplicaConfig { name, authority, node, tls: false, placement });
             }
         }
     }

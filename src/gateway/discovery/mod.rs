@@ -1,11 +1,12 @@
 //! Replica discovery beyond the static list: a DNS name resolved periodically ([`dns`],
 //! e.g. a headless Service) and Kubernetes EndpointSlices by label selector
-//! ([`kubernetes`]). Every source reports whole lists and submits them to the one owner of
+//! ([`kubernetes`], with fault units from slice metadata: [`fault_units`]). Every source reports whole lists and submits them to the one owner of
 //! the replica set ([`crate::gateway::pick::ReplicaSet`]), which merges them with the static
 //! list and keeps the load counters of replicas that stay. A source that fails keeps its
 //! last good list: a DNS hiccup must not empty the fleet.
 
 pub mod dns;
+pub mod fault_units;
 pub mod kubernetes;
 
 use std::sync::Arc;

@@ -63,6 +63,7 @@ mod tests {
             authority: "127.0.0.1:1".into(),
             node: "n".into(),
             tls: false,
+            placement: Default::default(),
         }));
         let first = DebugSlot::try_take(replica.clone(), 2).unwrap();
         let _second = DebugSlot::try_take(replica.clone(), 2).unwrap();

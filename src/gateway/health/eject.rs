@@ -127,6 +127,7 @@ mod tests {
                 authority: format!("127.0.0.1:{}", 9000 + i),
                 node: format!("n{i}"),
                 tls: false,
+                placement: Default::default(),
             })
             .collect();
         let config = GatewayConfig::with_replicas(replicas);

@@ -1,7 +1,10 @@
-//! N-1 headroom (field notes, section 4): the capacity left if the largest fault domain
-//! (the `node` with the most replicas) fails, minus the current demand. A replica's
-//! capacity is its in-flight limit (`admission.max_in_flight_per_replica`); demand is the
-//! gateway's requests in flight. Negative means one node failure would overload the rest.
+//! N-1 headroom in in-flight slots (`laneway_n_minus_one_headroom`, kept for its existing
+//! dashboards): the slots left if the largest fault domain (the `node` with the most
+//! replicas) fails, minus the current demand. A replica's slots are its in-flight limit
+//! (`admission.max_in_flight_per_replica`); demand is the gateway's requests in flight.
+//! Slots are not a rate: N-1 at SLO, per node and rack and counting replicas that span
+//! nodes, is [`crate::gateway::capacity`] (`laneway_n_minus_one_headroom_rps`), which the
+//! alert rule uses.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -49,6 +52,7 @@ mod tests {
                     authority: "127.0.0.1:1".into(),
                     node: (*node).into(),
                     tls: false,
+                    placement: Default::default(),
                 }))
             })
             .collect();

@@ -79,7 +79,7 @@ impl ReliabilityMetrics {
             ),
             n_minus_one_headroom: gauge(
                 "laneway_n_minus_one_headroom",
-                "In-flight capacity left if the largest fault domain fails, minus demand",
+                "In-flight slots left if the largest node fails, minus requests in flight (N-1 at SLO: laneway_n_minus_one_headroom_rps)",
             ),
             largest_fault_domain_replicas: gauge(
                 "laneway_largest_fault_domain_replicas",

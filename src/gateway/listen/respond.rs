@@ -87,6 +87,8 @@ pub fn respond(
     );
     if proxied.inference {
         recorder = recorder.with_canary(state.shared.canary.clone());
+        let slo = crate::gateway::capacity::request_slo(&state.config);
+        recorder = recorder.with_capacity(proxied.guard.replica().clone(), slo);
     }
     if let Some(prefix) = proxied.prefix {
         recorder = recorder.with_prefix(prefix);

@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 use prometheus::Histogram;
 
 use super::metrics::GatewayMetrics;
-use crate::canary::{self, CanaryRecorder};
+use crate::canary::{self, CanaryRecorder, Slo};
 use crate::gateway::access_log::{self, AccessContext, AccessRecord};
 use crate::gateway::entry::{Entry, Strategy};
+use crate::gateway::pick::Replica;
 use crate::gateway::pick::prefix::PrefixFeedback;
 use crate::openai::sse::{SseEvent, SseScanner, Usage};
 
@@ -75,6 +76,8 @@ pub struct Recorder {
     canary: Option<CanaryRecorder>,
     /// A `prefix_aware` prediction: released at the first token, checked at the end.
     prefix: Option<PrefixFeedback>,
+    /// The replica that served it and the SLO it is judged by, for capacity learning.
+    capacity: Option<(Arc<Replica>, Slo)>,
 }
 
 impl Recorder {
@@ -100,6 +103,7 @@ impl Recorder {
             usage: None,
             finished: false,
             canary: None,
+            capacity: None,
             access: None,
             prefix: None,
         }
@@ -114,6 +118,12 @@ impl Recorder {
     /// Checks a prefix-aware prediction against the usage the replica reports.
     pub fn with_prefix(mut self, prefix: PrefixFeedback) -> Self {
         self.prefix = Some(prefix);
+        self
+    }
+
+    /// Counts the finished request, and whether it met `slo`, on the replica that served it.
+    pub fn with_capacity(mut self, replica: Arc<Replica>, slo: Slo) -> Self {
+        self.capacity = Some((replica, slo));
         self
     }
 
@@ -228,16 +238,24 @@ impl Recorder {
             self.metrics.tpot.with_label_values(&labels).observe(per_token);
             tpot = Some(std::time::Duration::from_secs_f64(per_token));
         }
+        let observed = canary::Outcome {
+            entry: String::new(),
+            variant: String::new(),
+            ok: outcome == Outcome::Complete && self.labels.status_class == "2xx",
+            ttft: self.first_token_at.map(|at| at.duration_since(self.received_at)),
+            tpot,
+            e2e,
+            prompt_tokens,
+            completion_tokens,
+        };
+        if let Some((replica, slo)) = &self.capacity {
+            replica.load.record_finished(slo.is_met_by(&observed));
+        }
         if let Some(canary) = &self.canary {
             canary.record(canary::Outcome {
                 entry: entry.to_string(),
                 variant: self.labels.variant.to_string(),
-                ok: outcome == Outcome::Complete && self.labels.status_class == "2xx",
-                ttft: self.first_token_at.map(|at| at.duration_since(self.received_at)),
-                tpot,
-                e2e,
-                prompt_tokens,
-                completion_tokens,
+                ..observed
             });
         }
     }

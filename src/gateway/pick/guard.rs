@@ -16,6 +16,7 @@ pub struct InFlightGuard {
 impl InFlightGuard {
     pub fn acquire(replica: Arc<Replica>, prompt_tokens: u64) -> Self {
         replica.load.in_flight.fetch_add(1, Ordering::Relaxed);
+        replica.load.arrivals.fetch_add(1, Ordering::Relaxed);
         replica.load.in_flight_prompt_tokens.fetch_add(prompt_tokens, Ordering::Relaxed);
         Self { replica, prompt_tokens }
     }
@@ -27,6 +28,7 @@ impl InFlightGuard {
         load.in_flight
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < limit).then_some(n + 1))
             .ok()?;
+        load.arrivals.fetch_add(1, Ordering::Relaxed);
         load.in_flight_prompt_tokens.fetch_add(prompt_tokens, Ordering::Relaxed);
         Some(Self { replica, prompt_tokens })
     }
@@ -56,6 +58,7 @@ mod tests {
             authority: "127.0.0.1:1".into(),
             node: "n".into(),
             tls: false,
+            placement: Default::default(),
         }));
         let first = InFlightGuard::acquire(replica.clone(), 100);
         let second = InFlightGuard::acquire(replica.clone(), 20);

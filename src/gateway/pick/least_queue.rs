@@ -95,6 +95,7 @@ mod tests {
                     authority: "127.0.0.1:1".into(),
                     node: "n".into(),
                     tls: false,
+                    placement: Default::default(),
                 }))
             })
             .collect()

@@ -163,6 +163,7 @@ mod tests {
                 authority: format!("127.0.0.1:{}", 9000 + i),
                 node: "n".into(),
                 tls: false,
+                placement: Default::default(),
             })
             .collect();
         let mut config = GatewayConfig::with_replicas(replicas);
@@ -189,6 +190,7 @@ mod tests {
             authority: only.authority.clone(),
             node: only.node.clone(),
             tls: false,
+            placement: Default::default(),
         };
         picker.set().submit(Source::Static, vec![config]).await;
         assert_eq!(picker.pick(Some("r0")).map(|r| r.name.clone()), None);

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use rustls_pki_types::ServerName;
 
-use crate::gateway::config::ReplicaConfig;
+use crate::gateway::config::{Placement, ReplicaConfig};
 use crate::gateway::health::ReplicaHealth;
 use crate::gateway::upstream_tls;
 
@@ -16,8 +16,10 @@ pub struct Replica {
     pub name: String,
     /// `host:port`.
     pub authority: String,
-    /// Fault domain.
+    /// Fault domain (the first, when it spans several nodes).
     pub node: String,
+    /// Further nodes, rack and configured capacity at SLO.
+    pub placement: Placement,
     /// For an `https://` replica, the name its certificate must carry; `None` for `http://`.
     pub server_name: Option<ServerName<'static>>,
     pub load: ReplicaLoad,
@@ -33,6 +35,7 @@ impl Replica {
             name: config.name.clone(),
             authority: config.authority.clone(),
             node: config.node.clone(),
+            placement: config.placement.clone(),
             // Validation refused https URLs whose host is no server name.
             server_name: config.tls.then(|| upstream_tls::server_name(&config.authority)).flatten(),
             load: ReplicaLoad::default(),
@@ -52,6 +55,14 @@ impl Replica {
         self.name == config.name
             && self.authority == config.authority
             && self.server_name.is_some() == config.tls
+            && self.node == config.node
+            && self.placement == config.placement
+    }
+
+    /// Every node it runs on, `node` first.
+    pub fn nodes(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.node.as_str())
+            .chain(self.placement.other_nodes.iter().map(String::as_str))
     }
 
     /// Whether the picker may send this replica a new request (requests already on it
@@ -92,6 +103,11 @@ pub struct ReplicaLoad {
     /// When the last successful scrape finished, in microseconds since the set's epoch
     /// plus one; zero means never.
     last_scrape_micros: AtomicU64,
+    /// Requests sent to it, ever (counted at pick): the arrival rate capacity learning sees.
+    pub arrivals: AtomicU64,
+    /// Inference requests whose response ended, and those of them that met their SLO.
+    pub finished: AtomicU64,
+    pub good: AtomicU64,
 }
 
 /// What the scraper read from a replica's `/metrics`.
@@ -109,6 +125,14 @@ impl ReplicaLoad {
 
     pub fn prefill_owed_tokens(&self) -> u64 {
         self.prefill_owed_tokens.load(Ordering::Relaxed)
+    }
+
+    /// Counts a finished inference request and whether it met its SLO.
+    pub fn record_finished(&self, met_slo: bool) {
+        self.finished.fetch_add(1, Ordering::Relaxed);
+        if met_slo {
+            self.good.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     pub fn in_flight_prompt_tokens(&self) -> u64 {

@@ -201,6 +201,7 @@ mod tests {
             authority: format!("127.0.0.1:{port}"),
             node: "n".into(),
             tls: false,
+            placement: Default::default(),
         }
     }
 

@@ -29,6 +29,7 @@ fn replicas(count: usize) -> Vec<Arc<Replica>> {
                 authority: "127.0.0.1:1".into(),
                 node: "n".into(),
                 tls: false,
+                placement: Default::default(),
             }))
         })
         .collect()
