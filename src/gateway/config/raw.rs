@@ -47,6 +47,7 @@ pub struct RawConfig {
     pub limits: RawLimits,
     #[serde(default)]
     pub prefix: super::prefix::RawPrefix,
+    #[serde(default)]
     pub capacity: super::capacity::RawCapacity,
 }
 
