@@ -49,8 +49,9 @@ impl Replica {
         if self.server_name.is_some() { "https" } else { "http" }
     }
 
-    /// Whether this is the replica `config` describes (same name, address and scheme), so
-    /// that a reload or a discovery round keeps its counters.
+    /// Whether this is the replica `config` describes (same name, address, scheme, nodes,
+    /// rack and configured capacity), so that a reload or a discovery round keeps its
+    /// counters; a replica whose placement changed is built anew with the new one.
     pub fn is(&self, config: &ReplicaConfig) -> bool {
         self.name == config.name
             && self.authority == config.authority
