@@ -1,29 +1,35 @@
 # Part `prefix` of benches/peers.sh (sourced by it): prefix-cache and session-aware routing
-# on a TP4x4 fleet (four `laneway sim --profile h20-tp4 --api-workers 4` replicas, two per
-# node), prefix caching on as in vLLM.
+# on a TP4x4 fleet (four `laneway sim --api-workers 4` replicas of the h20-tp4 profile with
+# an 80,000-token KV cache, benches/peers/h20-tp4-80k.toml; two per node), prefix caching
+# on as in vLLM. Each target gets a fleet of its own, started cold: a cache warmed by one
+# target's requests must not serve another's (its rounds share its fleet, as production
+# traffic would). PREFIX_PROFILE=h20-tp4 runs the built-in 500,000-token cache instead,
+# which holds every workload's contexts, so that placement barely changes the hit ratio.
 #
 # Targets: laneway `prefix_aware` and `least_queue`; sglang-router and vllm-router
 # `cache_aware`; vllm-router `consistent_hash`; HAProxy `roundrobin` and
 # `balance hdr(x-session-id)` (both with http-no-delay, HAProxy at its best).
 # Workloads (seeded, the same bytes for every target), three interleaved rounds each:
-#   shared-prefix groups near saturation  sp_g16_p4000_q400_o64, 48 clients
+#   shared-prefix groups near saturation  sp_g24_p4000_q400_o64, 48 clients
 #   multi-turn conversations              mt_c16_t6_i300_o64 (x-session-id and `user`)
 #   one hot prefix carrying half          hot_p4000_q400_o64_h50, 48 clients
 # Reported per target: TTFT p50/p90/p95, throughput, goodput and the replicas' reported
 # cache hit ratio (usage.prompt_tokens_details.cached_tokens over prompt tokens), by
 # benches/peers/prefix_table.py from the JSON of each case.
 
-# start_fleet_tp4x4 SPEED: four h20-tp4 replicas; sets FLEET4 to their URLs.
+PREFIX_PROFILE="${PREFIX_PROFILE:-h20-tp4-80k}"
+
+# start_fleet_tp4x4 SPEED FLEET_NAME: four replicas; sets FLEET4 to their URLs.
 start_fleet_tp4x4() {
-    local speed="$1" id
+    local speed="$1" fleet="$2" id profile=(--profile "$PREFIX_PROFILE")
+    [[ "$PREFIX_PROFILE" == h20-tp4-80k ]] && profile=(--config "$PEERS_DIR/h20-tp4-80k.toml")
     FLEET4=()
     for id in r0 r1 r2 r3; do
-        "${PIN_FLEET[@]}" "$LANEWAY" sim --port 0 --profile h20-tp4 --api-workers 4 \
-            --speed "$speed" --id "$id" >"$WORK/sim-$id.out" 2>"$WORK/sim-$id.err" &
+        "${PIN_FLEET[@]}" "$LANEWAY" sim --port 0 "${profile[@]}" --api-workers 4 --speed "$speed" \
+            --id "$fleet-$id" >"$WORK/sim-$fleet-$id.out" 2>"$WORK/sim-$fleet-$id.err" &
         PIDS+=($!)
     done
-    for id in r0 r1 r2 r3; do FLEET4+=("$(listening_url "$WORK/sim-$id.out")"); done
-    log "TP4x4 fleet (h20-tp4, speed $speed): ${FLEET4[*]}"
+    for id in r0 r1 r2 r3; do FLEET4+=("$(listening_url "$WORK/sim-$fleet-$id.out")"); done
 }
 
 # start_laneway_tp4x4 NAME POLICY: laneway with the published defaults and POLICY.
@@ -96,16 +102,18 @@ start_router_tp4x4() {
     fi
 }
 
+# start_prefix_peers SPEED: every target, each in front of a cold fleet of its own.
 start_prefix_peers() {
+    local speed="$1"
     TARGETS=()
-    start_laneway_tp4x4 laneway-prefix prefix_aware
-    start_laneway_tp4x4 laneway-lq least_queue
-    start_router_tp4x4 sglang cache_aware
-    start_router_tp4x4 vllm cache_aware
-    start_router_tp4x4 vllm consistent_hash
-    start_haproxy_tp4x4 haproxy-rr-nd roundrobin
-    start_haproxy_tp4x4 haproxy-hdr-nd "hdr(x-session-id)"
-    log "targets: ${TARGETS[*]}"
+    start_fleet_tp4x4 "$speed" lp; start_laneway_tp4x4 laneway-prefix prefix_aware
+    start_fleet_tp4x4 "$speed" lq; start_laneway_tp4x4 laneway-lq least_queue
+    start_fleet_tp4x4 "$speed" sc; start_router_tp4x4 sglang cache_aware
+    start_fleet_tp4x4 "$speed" vc; start_router_tp4x4 vllm cache_aware
+    start_fleet_tp4x4 "$speed" vh; start_router_tp4x4 vllm consistent_hash
+    start_fleet_tp4x4 "$speed" hr; start_haproxy_tp4x4 haproxy-rr-nd roundrobin
+    start_fleet_tp4x4 "$speed" hh; start_haproxy_tp4x4 haproxy-hdr-nd "hdr(x-session-id)"
+    log "targets (fleets: $PREFIX_PROFILE, speed $speed): ${TARGETS[*]}"
 }
 
 part_prefix() {
@@ -113,21 +121,18 @@ part_prefix() {
     # 2 s and TPOT 50 ms of simulated time.
     local speed=2 sp=240 mt=288 hot=240 clients=48
     [[ $QUICK -eq 1 ]] && { speed=4; sp=96; mt=96; hot=96; clients=32; }
-    start_fleet_tp4x4 "$speed"
-    start_prefix_peers
     local slo=(--goodput ttft:1000 tpot:25)
-    echo -e "## Prefix-cache and session-aware routing (TP4x4, fleet speed x$speed)\n" >>"$OUT/results.md"
-    echo -e "Goodput SLO (wall time): ttft <= 1000 ms, tpot <= 25 ms (simulated: 2 s, 50 ms).\n" >>"$OUT/results.md"
-    # Each workload on a fresh fleet, so no target inherits another workload's cache;
-    # within a workload the interleaved rounds share the fleet, as they share the machine.
-    bench prefix-sp-g16-p4000-q400 --workload "sp_g16_p4000_q400_o64_c$clients" --requests "$sp" "${slo[@]}"
+    {
+        echo -e "## Prefix-cache and session-aware routing (TP4x4, $PREFIX_PROFILE, fleet speed x$speed)\n"
+        echo -e "Each target in front of a cold fleet of its own. Goodput SLO (wall time): ttft <= 1000 ms, tpot <= 25 ms (simulated: 2 s, 50 ms).\n"
+    } >>"$OUT/results.md"
+    start_prefix_peers "$speed"
+    bench prefix-sp-g24-p4000-q400 --workload "sp_g24_p4000_q400_o64_c$clients" --requests "$sp" "${slo[@]}"
     cleanup
-    start_fleet_tp4x4 "$speed"
-    start_prefix_peers
+    start_prefix_peers "$speed"
     bench prefix-mt-c16-t6-i300 --workload mt_c16_t6_i300_o64 --requests "$mt" "${slo[@]}"
     cleanup
-    start_fleet_tp4x4 "$speed"
-    start_prefix_peers
+    start_prefix_peers "$speed"
     bench prefix-hot-p4000-q400-h50 --workload "hot_p4000_q400_o64_h50_c$clients" --requests "$hot" "${slo[@]}"
     cleanup
     python3 "$PEERS_DIR/prefix_table.py" "$OUT" | tee -a "$OUT/results.md"
