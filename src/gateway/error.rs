@@ -26,6 +26,9 @@ pub enum GatewayError {
     /// Downstream: no replica has this name.
     #[error("unknown replica `{0}`")]
     UnknownReplica(String),
+    /// Downstream: no replica serves the model and the config maps it nowhere.
+    #[error("{0}")]
+    ModelNotFound(#[from] crate::gateway::pick::serving::ModelNotFound),
     /// Downstream: the debug entry is not served on this listener.
     #[error(
         "the debug entry is not served on this listener: use the debug listener \
@@ -92,6 +95,7 @@ impl GatewayError {
             Self::BadBody(_) | Self::BadHeader(_) | Self::MissingReplica => "bad_request",
             Self::UnknownEntry(_) => "unknown_entry",
             Self::UnknownReplica(_) => "unknown_replica",
+            Self::ModelNotFound(_) => "model_not_found",
             Self::DebugNotServedHere => "debug_not_served",
             Self::DebugBusy { .. } => "debug_busy",
             Self::PayloadTooLarge { .. } => "payload_too_large",
@@ -120,7 +124,9 @@ impl GatewayError {
             | Self::BadHeader(_)
             | Self::MissingReplica
             | Self::ClientBody(_) => ErrorKind::BadRequest,
-            Self::UnknownReplica(_) | Self::DebugNotServedHere => ErrorKind::NotFound,
+            Self::UnknownReplica(_) | Self::DebugNotServedHere | Self::ModelNotFound(_) => {
+                ErrorKind::NotFound
+            }
             Self::DebugBusy { .. } => ErrorKind::TooManyRequests,
             Self::PayloadTooLarge { .. } => ErrorKind::PayloadTooLarge,
             Self::ClientBodyTimeout { .. } => ErrorKind::RequestTimeout,
@@ -138,7 +144,10 @@ impl GatewayError {
 
     /// The OpenAI-shape error response sent to the client.
     pub fn into_response(self) -> Response<ProxyBody> {
-        let api_error = ApiError::new(self.api_kind(), self.to_string());
+        let mut api_error = ApiError::new(self.api_kind(), self.to_string());
+        if let Self::ModelNotFound(_) = self {
+            api_error = api_error.with_code("model_not_found");
+        }
         let mut response =
             api_error.into_response::<http_body_util::Full<bytes::Bytes>>().map(boxed);
         if let Self::MethodNotAllowed { .. } = self {

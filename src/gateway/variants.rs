@@ -40,6 +40,23 @@ impl Variant {
         picker.pick_in(policy, self.members.as_deref(), exclude, limit)
     }
 
+    /// [`Self::pick`] among the replicas serving the request's model (`None`: any).
+    pub fn pick_serving(
+        &self,
+        picker: &Picker,
+        serving: Option<&[String]>,
+        exclude: Option<&str>,
+        limit: u64,
+    ) -> Option<Arc<Replica>> {
+        let Some(serving) = serving else { return self.pick(picker, exclude, limit) };
+        let members: Vec<String> = match &self.members {
+            Some(pool) => pool.iter().filter(|name| serving.contains(name)).cloned().collect(),
+            None => serving.to_vec(),
+        };
+        let policy = self.policy.as_deref().unwrap_or(picker.policy());
+        picker.pick_in(policy, Some(&members), exclude, limit)
+    }
+
     /// The policy's name as configured (`None`: the global one).
     pub fn policy_name(&self) -> Option<&'static str> {
         self.policy.as_ref().map(|policy| policy.name())

@@ -3,6 +3,7 @@
 //! by its path (`replicas[2].url: ...`).
 
 mod canary;
+mod models;
 mod raw;
 pub mod reliability;
 mod validate;
@@ -19,6 +20,7 @@ use crate::gateway::tls::TlsConfig;
 use crate::gateway::upstream_tls::UpstreamTlsConfig;
 
 pub use canary::{AdminConfig, CanaryConfig, DEFAULT_VARIANT_NAME, PoolConfig, VariantConfig};
+pub use models::{ModelsConfig, UnknownModel};
 pub use validate::{ConfigError, ConfigIssue};
 pub use verdicts::Automation;
 
@@ -146,6 +148,8 @@ pub struct GatewayConfig {
     pub discovery: DiscoveryConfig,
     /// Health, retries, timeouts, admission and limits.
     pub reliability: reliability::ReliabilityConfig,
+    /// Which replicas serve which model names (`[models]`).
+    pub models: ModelsConfig,
 }
 
 /// The configuration used when none is given; replicas are added by the caller.

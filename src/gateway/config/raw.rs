@@ -45,6 +45,8 @@ pub struct RawConfig {
     pub admission: RawAdmission,
     #[serde(default)]
     pub limits: RawLimits,
+    #[serde(default)]
+    pub models: super::models::RawModels,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -104,6 +106,8 @@ pub struct RawPool {
     pub name: Option<String>,
     #[serde(default)]
     pub replicas: Vec<String>,
+    /// Models every member serves (`[models]`).
+    pub models: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -145,4 +149,6 @@ pub struct RawReplica {
     pub name: Option<String>,
     pub url: Option<String>,
     pub node: Option<String>,
+    /// Models this replica serves, instead of asking its `/v1/models`.
+    pub models: Option<Vec<String>>,
 }

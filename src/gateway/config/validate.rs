@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::canary;
+use super::models;
 use super::raw::{RawConfig, RawEntries, RawEntry, RawReplica};
 use super::reliability::{self, Ranges, RawReliability, ReliabilityConfig};
 use super::{DebugAccess, EntryConfig, GatewayConfig, PolicyKind, ReplicaConfig};
@@ -115,6 +116,7 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
     }
     let replicas = replicas(&raw.replicas, issues);
     let pools = canary::pools(&raw.pools, &replicas, issues);
+    let models = models::models(&raw.models, &raw.replicas, &raw.pools, &pools, issues);
     if raw.header_timeout_ms.is_some() {
         // One wait for the response headers, not two: the reliability section owns it.
         issues.add("header_timeout_ms", "replaced by `timeouts.first_byte_ms`");
@@ -189,6 +191,7 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
             DiscoveryConfig::default()
         }),
         reliability: reliability_section(&raw, issues),
+        models,
     };
     if !raw.entries.debug.variants.is_empty() {
         issues

@@ -31,6 +31,8 @@ pub struct Forwarding<'a> {
     pub body: &'a Bytes,
     pub prompt_tokens: u64,
     pub received_at: Instant,
+    /// The replicas serving the request's model (`None`: any).
+    pub serving: Option<&'a [String]>,
 }
 
 /// A failed attempt that another replica may take over.
@@ -45,7 +47,7 @@ pub async fn forward(
     request: Forwarding<'_>,
 ) -> Result<Response<ProxyBody>, GatewayError> {
     let admission = &state.shared.admission;
-    let pick = |limit| request.variant.pick(&state.picker, None, limit);
+    let pick = |limit| request.variant.pick_serving(&state.picker, request.serving, None, limit);
     let (mut guard, permit) = admission.admit(&pick, request.prompt_tokens).await?;
     let mut replica = guard.replica().clone();
     state.shared.retry_budget.deposit();
@@ -91,7 +93,7 @@ pub async fn forward(
                 Retryable::Refused(error)
             }
         };
-        match next_replica(state, request.variant, &replica, request.prompt_tokens) {
+        match next_replica(state, &request, &replica) {
             Some(next) => {
                 let to = &next.replica().name;
                 tracing::warn!(from = %replica.name, %to, attempt, "retrying on another replica");
@@ -117,16 +119,16 @@ pub async fn forward(
 /// A place on another replica with room, if the retry budget allows one more retry.
 fn next_replica(
     state: &GatewayState,
-    variant: &Variant,
+    request: &Forwarding<'_>,
     failed: &Replica,
-    prompt_tokens: u64,
 ) -> Option<InFlightGuard> {
     let limit = state.shared.admission.limits().max_in_flight_per_replica;
-    let next = variant.pick(&state.picker, Some(&failed.name), limit)?;
+    let next =
+        request.variant.pick_serving(&state.picker, request.serving, Some(&failed.name), limit)?;
     if next.name == failed.name {
         return None;
     }
-    let guard = InFlightGuard::try_acquire(next, prompt_tokens, limit)?;
+    let guard = InFlightGuard::try_acquire(next, request.prompt_tokens, limit)?;
     let retries = &state.shared.reliability_metrics.retries;
     if state.shared.retry_budget.try_withdraw() {
         retries.with_label_values(&["sent"]).inc();

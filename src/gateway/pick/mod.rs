@@ -7,6 +7,8 @@ pub mod policy;
 pub mod replica;
 pub mod round_robin;
 pub mod scrape;
+pub mod served_models;
+pub mod serving;
 pub mod set;
 
 use std::sync::Arc;

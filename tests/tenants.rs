@@ -1,0 +1,145 @@
+//! Tenants and models: requests go only to the replicas serving their `model` (read from
+//! each replica's `/v1/models`, or declared), aliases are renamed for the replicas, unknown
+//! names get 404 `model_not_found`, and `GET /v1/models` lists the union.
+
+mod gateway_support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use gateway_support::*;
+use laneway::gateway::GatewayHandle;
+use laneway::gateway::config::UnknownModel;
+use laneway::sim::{self, SimConfig, SimHandle};
+
+/// A tiny sim named `id` serving `model` and the given LoRA adapters.
+async fn start_model_sim(id: &str, model: &str, adapters: &[&str]) -> SimHandle {
+    let mut config = SimConfig::with_profile(id, "tiny").unwrap();
+    config.speed = SPEED;
+    config.profile.served_model_name = model.into();
+    config.profile.lora_modules = adapters.iter().map(|a| a.to_string()).collect();
+    sim::spawn(config).await.unwrap()
+}
+
+/// The ids the gateway's `GET /v1/models` lists.
+async fn listed_models(client: &reqwest::Client, gateway: &GatewayHandle) -> BTreeSet<String> {
+    let response = client.get(url(gateway, "/v1/models")).send().await.unwrap();
+    let body: serde_json::Value = response.json().await.unwrap();
+    body["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap().into()).collect()
+}
+
+/// Waits (at most 10 s) until the gateway lists exactly `expected`.
+async fn wait_for_models(client: &reqwest::Client, gateway: &GatewayHandle, expected: &[&str]) {
+    let expected: BTreeSet<String> = expected.iter().map(|m| m.to_string()).collect();
+    for _ in 0..1000 {
+        if listed_models(client, gateway).await == expected {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the gateway never listed {expected:?}");
+}
+
+/// Sends `count` requests for `model`; returns the replicas that served them and the
+/// model names the replicas answered with.
+async fn send(
+    client: &reqwest::Client,
+    gateway: &GatewayHandle,
+    model: &str,
+    count: usize,
+) -> (BTreeSet<String>, BTreeSet<String>) {
+    let (mut replicas, mut answered) = (BTreeSet::new(), BTreeSet::new());
+    for _ in 0..count {
+        let mut body = chat_body(20, 2, false);
+        body["model"] = model.into();
+        let response = client.post(url(gateway, "/v1/chat/completions")).json(&body);
+        let response = response.send().await.unwrap();
+        assert_eq!(response.status(), 200, "{model}");
+        replicas.insert(header(&response, "x-laneway-replica"));
+        let body: serde_json::Value = response.json().await.unwrap();
+        answered.insert(body["model"].as_str().unwrap().to_string());
+    }
+    (replicas, answered)
+}
+
+fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|n| n.to_string()).collect()
+}
+
+#[tokio::test]
+async fn each_model_reaches_only_its_replicas() {
+    let sims = vec![
+        start_model_sim("alpha-0", "alpha", &[]).await,
+        start_model_sim("alpha-1", "alpha", &["alpha-sql"]).await,
+        start_model_sim("beta-0", "beta", &[]).await,
+    ];
+    let mut config = config_for(&sims);
+    config.models.unknown = UnknownModel::Reject;
+    config.models.aliases.insert("gpt-4o".into(), "beta".into());
+    let gateway = start_gateway(config).await;
+    let client = reqwest::Client::new();
+    wait_for_models(&client, &gateway, &["alpha", "alpha-sql", "beta", "gpt-4o"]).await;
+
+    let (replicas, answered) = send(&client, &gateway, "alpha", 20).await;
+    assert_eq!((replicas, answered), (set(&["alpha-0", "alpha-1"]), set(&["alpha"])));
+    let (replicas, _) = send(&client, &gateway, "beta", 10).await;
+    assert_eq!(replicas, set(&["beta-0"]));
+    // The adapter is loaded on one replica only.
+    let (replicas, _) = send(&client, &gateway, "alpha-sql", 10).await;
+    assert_eq!(replicas, set(&["alpha-1"]));
+    // An alias is renamed: the replica saw (and answered with) the model it serves.
+    let (replicas, answered) = send(&client, &gateway, "gpt-4o", 5).await;
+    assert_eq!((replicas, answered), (set(&["beta-0"]), set(&["beta"])));
+
+    let mut body = chat_body(20, 2, false);
+    body["model"] = "nope".into();
+    let response = client.post(url(&gateway, "/v1/chat/completions")).json(&body);
+    let response = response.send().await.unwrap();
+    assert_eq!(response.status(), 404);
+    let error: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "model_not_found", "{error}");
+    assert_eq!(error["error"]["type"], "NotFoundError");
+    assert!(error["error"]["message"].as_str().unwrap().contains("`nope`"));
+
+    let metrics =
+        client.get(admin_url(&gateway, "/metrics")).send().await.unwrap().text().await.unwrap();
+    let by_model = |model: &str| {
+        sample(&metrics, &format!("laneway_requests_by_model_total{{model=\"{model}\"}}"))
+    };
+    assert_eq!(by_model("alpha"), Some(20.0));
+    assert_eq!(by_model("beta"), Some(15.0));
+    assert_eq!(by_model("alpha-sql"), Some(10.0));
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn declared_models_and_the_catch_all() {
+    let sims =
+        vec![start_model_sim("a", "alpha", &[]).await, start_model_sim("b", "beta", &[]).await];
+    let mut config = config_for(&sims);
+    // Declared lists replace what a replica reports.
+    config.models.declared.insert("a".into(), vec!["declared".into()]);
+    config.models.unknown = UnknownModel::ServeAs("beta".into());
+    let gateway = start_gateway(config).await;
+    let client = reqwest::Client::new();
+    wait_for_models(&client, &gateway, &["beta", "declared"]).await;
+    let (replicas, answered) = send(&client, &gateway, "declared", 5).await;
+    assert_eq!((replicas, answered), (set(&["a"]), set(&["declared"])));
+    // Anything else is served as the catch-all model.
+    let (replicas, answered) = send(&client, &gateway, "whatever", 5).await;
+    assert_eq!((replicas, answered), (set(&["b"]), set(&["beta"])));
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn by_default_any_name_reaches_any_replica() {
+    let sims =
+        vec![start_model_sim("a", "alpha", &[]).await, start_model_sim("b", "beta", &[]).await];
+    let gateway = start_gateway(config_for(&sims)).await;
+    let client = reqwest::Client::new();
+    wait_for_models(&client, &gateway, &["alpha", "beta"]).await;
+    // A single-model fleet's clients send whatever name they hard-code.
+    let (replicas, answered) = send(&client, &gateway, "m", 20).await;
+    assert_eq!((replicas, answered), (set(&["a", "b"]), set(&["m"])));
+    gateway.shutdown().await;
+}
