@@ -8,8 +8,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use gateway_support::*;
-use laneway::gateway::GatewayHandle;
-use laneway::gateway::config::UnknownModel;
+use laneway::gateway::auth::ApiKeys;
+use laneway::gateway::config::{TenantConfig, TenantLimits, UnknownModel};
+use laneway::gateway::{GatewayConfig, GatewayHandle};
 use laneway::sim::{self, SimConfig, SimHandle};
 
 /// A tiny sim named `id` serving `model` and the given LoRA adapters.
@@ -141,5 +142,117 @@ async fn by_default_any_name_reaches_any_replica() {
     // A single-model fleet's clients send whatever name they hard-code.
     let (replicas, answered) = send(&client, &gateway, "m", 20).await;
     assert_eq!((replicas, answered), (set(&["a", "b"]), set(&["m"])));
+    gateway.shutdown().await;
+}
+
+fn tenant(name: &str, key: &str, limits: TenantLimits) -> TenantConfig {
+    TenantConfig { name: name.into(), keys: vec![key.into()], limits }
+}
+
+/// A config whose tenants are `tenants` (their keys become the API keys).
+fn with_tenants(sims: &[SimHandle], tenants: Vec<TenantConfig>) -> GatewayConfig {
+    let mut config = config_for(sims);
+    let keys: Vec<&str> = tenants.iter().flat_map(|t| t.keys.iter().map(String::as_str)).collect();
+    config.auth = Some(ApiKeys::new(keys, false));
+    config.tenants = tenants;
+    config
+}
+
+async fn post_as(
+    client: &reqwest::Client,
+    gateway: &GatewayHandle,
+    key: &str,
+    body: &serde_json::Value,
+) -> reqwest::Response {
+    let request = client.post(url(gateway, "/v1/chat/completions")).bearer_auth(key).json(body);
+    request.send().await.unwrap()
+}
+
+#[tokio::test]
+async fn a_tenant_over_its_token_budget_gets_429_with_rate_limit_headers() {
+    let sims = start_sims(1, 1).await;
+    let small = TenantLimits { tokens_per_minute: Some(1000), ..Default::default() };
+    let gateway =
+        start_gateway(with_tenants(&sims, vec![tenant("small", "sk-small", small)])).await;
+    let client = reqwest::Client::new();
+    let body = chat_body(200, 50, true);
+    let mut admitted = 0;
+    let mut remaining = Vec::new();
+    let refused = loop {
+        let response = post_as(&client, &gateway, "sk-small", &body).await;
+        if response.status() == 429 {
+            break response;
+        }
+        assert_eq!(response.status(), 200);
+        assert_eq!(header(&response, "x-ratelimit-limit-tokens"), "1000");
+        assert!(response.headers().get("x-ratelimit-limit-requests").is_none());
+        remaining.push(header(&response, "x-ratelimit-remaining-tokens").parse::<u64>().unwrap());
+        response.bytes().await.unwrap();
+        admitted += 1;
+        assert!(admitted <= 10, "never refused");
+    };
+    // Each request reserves ~200 and settles ~250 (prompt + completion): four fit in 1000.
+    assert!((3..=5).contains(&admitted), "{admitted} admitted");
+    assert!(remaining.windows(2).all(|w| w[1] < w[0]), "{remaining:?}");
+    assert_eq!(header(&refused, "x-ratelimit-limit-tokens"), "1000");
+    let left: u64 = header(&refused, "x-ratelimit-remaining-tokens").parse().unwrap();
+    assert!(left < 200, "refused with {left} tokens left");
+    let retry_after: u64 = header(&refused, "retry-after").parse().unwrap();
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    assert!(refused.headers().contains_key("x-ratelimit-reset-tokens"));
+    let error: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "rate_limit_exceeded", "{error}");
+    // What was used stays within the budget plus one request's worth.
+    let metrics = client.get(admin_url(&gateway, "/metrics")).send().await.unwrap();
+    let metrics = metrics.text().await.unwrap();
+    let used = |kind: &str| {
+        let prefix = format!("laneway_tenant_tokens_total{{kind=\"{kind}\",tenant=\"small\"}}");
+        sample(&metrics, &prefix).unwrap_or_else(|| panic!("{prefix} missing:\n{metrics}"))
+    };
+    let total = used("prompt") + used("completion");
+    assert!(total <= 1000.0 + 250.0 + 20.0, "{total} tokens used");
+    let limited = "laneway_tenant_requests_total{outcome=\"limited_tokens\",tenant=\"small\"}";
+    assert_eq!(sample(&metrics, limited), Some(1.0));
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn requests_per_minute_and_concurrency_are_per_tenant() {
+    let sims = start_sims(1, 1).await;
+    let few = TenantLimits { requests_per_minute: Some(3), ..Default::default() };
+    let one_at_a_time = TenantLimits { max_concurrent: Some(1), ..Default::default() };
+    let tenants = vec![tenant("few", "sk-few", few), tenant("single", "sk-single", one_at_a_time)];
+    let gateway = start_gateway(with_tenants(&sims, tenants)).await;
+    let client = reqwest::Client::new();
+    let body = chat_body(20, 2, false);
+    for expected_left in [2, 1, 0] {
+        let response = post_as(&client, &gateway, "sk-few", &body).await;
+        assert_eq!(response.status(), 200);
+        assert_eq!(header(&response, "x-ratelimit-limit-requests"), "3");
+        let left: u64 = header(&response, "x-ratelimit-remaining-requests").parse().unwrap();
+        assert_eq!(left, expected_left);
+    }
+    let refused = post_as(&client, &gateway, "sk-few", &body).await;
+    assert_eq!(refused.status(), 429);
+    assert_eq!(header(&refused, "x-ratelimit-remaining-requests"), "0");
+    assert_eq!(header(&refused, "retry-after"), "20");
+    // Another tenant is not affected, and a key of no tenant is refused.
+    assert_eq!(post_as(&client, &gateway, "sk-single", &body).await.status(), 200);
+    assert_eq!(post_as(&client, &gateway, "sk-nobody", &body).await.status(), 401);
+    // One stream at a time: a second one while the first is open gets 429.
+    let mut open = post_as(&client, &gateway, "sk-single", &chat_body(20, 200, true)).await;
+    assert_eq!(open.status(), 200);
+    let second = post_as(&client, &gateway, "sk-single", &body).await;
+    assert_eq!(second.status(), 429);
+    while open.chunk().await.unwrap().is_some() {}
+    let mut admitted = false;
+    for _ in 0..100 {
+        if post_as(&client, &gateway, "sk-single", &body).await.status() == 200 {
+            admitted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(admitted, "the place never freed");
     gateway.shutdown().await;
 }

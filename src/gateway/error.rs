@@ -29,6 +29,9 @@ pub enum GatewayError {
     /// Downstream: no replica serves the model and the config maps it nowhere.
     #[error("{0}")]
     ModelNotFound(#[from] crate::gateway::pick::serving::ModelNotFound),
+    /// Downstream: the tenant is over one of its limits.
+    #[error("{0}")]
+    QuotaExceeded(#[from] crate::gateway::quota::QuotaExceeded),
     /// Downstream: the debug entry is not served on this listener.
     #[error(
         "the debug entry is not served on this listener: use the debug listener \
@@ -96,6 +99,7 @@ impl GatewayError {
             Self::UnknownEntry(_) => "unknown_entry",
             Self::UnknownReplica(_) => "unknown_replica",
             Self::ModelNotFound(_) => "model_not_found",
+            Self::QuotaExceeded(_) => "quota_exceeded",
             Self::DebugNotServedHere => "debug_not_served",
             Self::DebugBusy { .. } => "debug_busy",
             Self::PayloadTooLarge { .. } => "payload_too_large",
@@ -127,7 +131,7 @@ impl GatewayError {
             Self::UnknownReplica(_) | Self::DebugNotServedHere | Self::ModelNotFound(_) => {
                 ErrorKind::NotFound
             }
-            Self::DebugBusy { .. } => ErrorKind::TooManyRequests,
+            Self::DebugBusy { .. } | Self::QuotaExceeded(_) => ErrorKind::TooManyRequests,
             Self::PayloadTooLarge { .. } => ErrorKind::PayloadTooLarge,
             Self::ClientBodyTimeout { .. } => ErrorKind::RequestTimeout,
             Self::MethodNotAllowed { .. } => ErrorKind::MethodNotAllowed,
@@ -148,6 +152,9 @@ impl GatewayError {
         if let Self::ModelNotFound(_) = self {
             api_error = api_error.with_code("model_not_found");
         }
+        if let Self::QuotaExceeded(_) = self {
+            api_error = api_error.with_code("rate_limit_exceeded");
+        }
         let mut response =
             api_error.into_response::<http_body_util::Full<bytes::Bytes>>().map(boxed);
         if let Self::MethodNotAllowed { .. } = self {
@@ -161,6 +168,11 @@ impl GatewayError {
         }
         if let Self::Overloaded { retry_after_secs } = self {
             response.headers_mut().insert(http::header::RETRY_AFTER, retry_after_secs.into());
+        }
+        if let Self::QuotaExceeded(exceeded) = &self {
+            let headers = response.headers_mut();
+            headers.insert(http::header::RETRY_AFTER, exceeded.retry_after_secs.into());
+            exceeded.headers.apply(headers);
         }
         if let Self::DebugBusy { .. } = self {
             response.headers_mut().insert(http::header::RETRY_AFTER, 1.into());

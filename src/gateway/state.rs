@@ -17,6 +17,7 @@ use crate::gateway::forward::retry::RetryBudget;
 use crate::gateway::health::{HealthTracker, ReliabilityMetrics};
 use crate::gateway::observe::GatewayMetrics;
 use crate::gateway::pick::Picker;
+use crate::gateway::quota::{TenantMetrics, Tenants};
 use crate::gateway::upstream_tls::UpstreamTls;
 use crate::gateway::variants::Variants;
 
@@ -31,6 +32,8 @@ pub struct Shared {
     pub abort_streams: watch::Receiver<bool>,
     /// The canary comparison keeps its samples across reloads.
     pub canary: CanaryRecorder,
+    /// Usage per tenant, registered once.
+    pub tenant_metrics: Arc<TenantMetrics>,
 }
 
 impl Shared {
@@ -38,7 +41,9 @@ impl Shared {
         let metrics = Arc::new(GatewayMetrics::new());
         let reliability_metrics = Arc::new(ReliabilityMetrics::new(metrics.registry()));
         let reliability = &config.reliability;
+        let tenant_metrics = Arc::new(TenantMetrics::new(metrics.registry()));
         Self {
+            tenant_metrics,
             admission: Arc::new(Admission::new(
                 reliability.admission.clone(),
                 reliability_metrics.clone(),
@@ -67,6 +72,8 @@ pub struct GatewayState {
     pub variants: Variants,
     pub health: Arc<HealthTracker>,
     pub shared: Shared,
+    /// Tenants' quotas (`[[tenants]]`).
+    pub tenants: Tenants,
     /// TLS to https replicas, read from `[upstream_tls]` when this state was built (so a
     /// reload reads the files again); shared by the connectors, scrapers and checks.
     pub upstream_tls: Arc<UpstreamTls>,
@@ -104,7 +111,9 @@ impl GatewayState {
         ));
         let variants = Variants::new(&config, &upstream_tls);
         shared.canary.set_layout(variants.layout());
+        let tenants = Tenants::new(&config.tenants, shared.tenant_metrics.clone());
         Self {
+            tenants,
             picker,
             metrics: shared.metrics.clone(),
             variants,

@@ -6,6 +6,7 @@ mod canary;
 mod models;
 mod raw;
 pub mod reliability;
+mod tenants;
 mod validate;
 mod verdicts;
 
@@ -21,6 +22,7 @@ use crate::gateway::upstream_tls::UpstreamTlsConfig;
 
 pub use canary::{AdminConfig, CanaryConfig, DEFAULT_VARIANT_NAME, PoolConfig, VariantConfig};
 pub use models::{ModelsConfig, UnknownModel};
+pub use tenants::{TenantConfig, TenantLimits};
 pub use validate::{ConfigError, ConfigIssue};
 pub use verdicts::Automation;
 
@@ -150,6 +152,8 @@ pub struct GatewayConfig {
     pub reliability: reliability::ReliabilityConfig,
     /// Which replicas serve which model names (`[models]`).
     pub models: ModelsConfig,
+    /// Named keys and their limits (`[[tenants]]`).
+    pub tenants: Vec<TenantConfig>,
 }
 
 /// The configuration used when none is given; replicas are added by the caller.

@@ -47,6 +47,8 @@ pub struct RawConfig {
     pub limits: RawLimits,
     #[serde(default)]
     pub models: super::models::RawModels,
+    #[serde(default)]
+    pub tenants: Vec<super::tenants::RawTenant>,
 }
 
 #[derive(Debug, Default, Deserialize)]

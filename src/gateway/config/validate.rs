@@ -10,6 +10,7 @@ use super::canary;
 use super::models;
 use super::raw::{RawConfig, RawEntries, RawEntry, RawReplica};
 use super::reliability::{self, Ranges, RawReliability, ReliabilityConfig};
+use super::tenants;
 use super::{DebugAccess, EntryConfig, GatewayConfig, PolicyKind, ReplicaConfig};
 use crate::gateway::auth::ApiKeys;
 use crate::gateway::discovery::DiscoveryConfig;
@@ -176,6 +177,7 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
         auth: raw.auth.as_ref().and_then(|auth| {
             ApiKeys::from_raw(auth).map_err(|(path, message)| issues.add(path, message)).ok()
         }),
+        tenants: tenants::tenants(&raw.tenants, issues),
         upstream_tls: raw.upstream_tls.as_ref().map_or_else(UpstreamTlsConfig::default, |raw| {
             UpstreamTlsConfig::from_raw(raw).unwrap_or_else(|found| {
                 for (path, message) in found {
@@ -198,6 +200,19 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
             .add("entries.debug.variants", "the debug entry reaches a named replica: no variants");
     }
     check_distinct_listeners(&config, issues);
+    with_tenant_keys(config)
+}
+
+/// A tenant's keys are API keys: `[[tenants]]` alone turns authentication on.
+fn with_tenant_keys(mut config: GatewayConfig) -> GatewayConfig {
+    let keys = config.tenants.iter().flat_map(|t| t.keys.iter().map(String::as_str));
+    if config.tenants.is_empty() {
+        return config;
+    }
+    config.auth = Some(match config.auth.take() {
+        Some(auth) => auth.with_more_keys(keys),
+        None => ApiKeys::new(keys, false),
+    });
     config
 }
 

@@ -20,6 +20,7 @@ use crate::gateway::entry::Entry;
 use crate::gateway::error::GatewayError;
 use crate::gateway::health::FailureReason;
 use crate::gateway::pick::{InFlightGuard, Replica};
+use crate::gateway::quota::QuotaTicket;
 use crate::gateway::state::GatewayState;
 use crate::gateway::variants::Variant;
 
@@ -33,6 +34,8 @@ pub struct Forwarding<'a> {
     pub received_at: Instant,
     /// The replicas serving the request's model (`None`: any).
     pub serving: Option<&'a [String]>,
+    /// The tenant's hold, handed to the response that goes out.
+    pub quota: parking_lot::Mutex<Option<QuotaTicket>>,
 }
 
 /// A failed attempt that another replica may take over.
@@ -155,6 +158,7 @@ fn finish(
         inference: true,
         prompt_tokens: request.prompt_tokens,
         guard,
+        quota: request.quota.lock().take(),
     };
     respond(state, proxied, upstream).map(|body| boxed(HeldBody::new(body, permit)))
 }

@@ -262,6 +262,13 @@ async fn pick_and_forward(
         }
         None => body,
     };
+    let quota = match state.tenants.of(&parts.headers) {
+        Some(tenant) => {
+            let prompt_tokens = classification.prompt_tokens;
+            Some(state.tenants.admit(&tenant, prompt_tokens, Instant::now())?)
+        }
+        None => None,
+    };
     // Assign the canary variant; its pool, policy and strategy serve the request.
     let variant = state.variants.choose(entry, &parts.headers, &state.picker, &state.metrics);
     let forwarding = Forwarding {
@@ -272,7 +279,9 @@ async fn pick_and_forward(
         prompt_tokens: classification.prompt_tokens,
         received_at,
         serving: route.serving.as_deref(),
+        quota: parking_lot::Mutex::new(quota),
     };
+    // The response carries the tenant's `x-ratelimit-*` headers (see `respond`).
     attempts::forward(state, forwarding).await
 }
 
@@ -406,6 +415,7 @@ async fn pass_through(
         inference: false,
         prompt_tokens: 0,
         guard,
+        quota: None,
     };
     Ok(respond(state, proxied, upstream))
 }

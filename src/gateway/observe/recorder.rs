@@ -12,6 +12,7 @@ use super::metrics::GatewayMetrics;
 use crate::canary::{self, CanaryRecorder};
 use crate::gateway::access_log::{self, AccessContext, AccessRecord};
 use crate::gateway::entry::{Entry, Strategy};
+use crate::gateway::quota::QuotaTicket;
 use crate::openai::sse::{SseEvent, SseScanner, Usage};
 
 /// Largest non-streamed JSON response kept to read its `usage`.
@@ -72,6 +73,8 @@ pub struct Recorder {
     /// Set on proxied requests: the access line is written at the end.
     access: Option<AccessContext>,
     canary: Option<CanaryRecorder>,
+    /// A tenant's reservation, settled from the usage when the body ends.
+    quota: Option<QuotaTicket>,
 }
 
 impl Recorder {
@@ -98,12 +101,19 @@ impl Recorder {
             finished: false,
             canary: None,
             access: None,
+            quota: None,
         }
     }
 
     /// Also reports the finished request to the canary comparison.
     pub fn with_canary(mut self, canary: CanaryRecorder) -> Self {
         self.canary = Some(canary);
+        self
+    }
+
+    /// Settles a tenant's token reservation with the response's usage when it ends.
+    pub fn with_quota(mut self, ticket: Option<QuotaTicket>) -> Self {
+        self.quota = ticket;
         self
     }
 
@@ -179,6 +189,11 @@ impl Recorder {
         }
         if self.kind == BodyKind::Json {
             self.usage = usage_of_json(&self.json);
+        }
+        if let Some(ticket) = self.quota.take() {
+            let completion = self.usage.map_or(self.token_events, |u| u.completion_tokens);
+            let prompt = self.usage.map_or(self.estimated_prompt_tokens, |u| u.prompt_tokens);
+            ticket.settle(prompt, completion);
         }
         let entry = self.labels.entry.as_str();
         match outcome {
