@@ -146,7 +146,14 @@ async fn by_default_any_name_reaches_any_replica() {
 }
 
 fn tenant(name: &str, key: &str, limits: TenantLimits) -> TenantConfig {
-    TenantConfig { name: name.into(), keys: vec![key.into()], limits }
+    TenantConfig {
+        name: name.into(),
+        keys: vec![key.into()],
+        limits,
+        weight: 1,
+        priority: 4,
+        max_priority: 4,
+    }
 }
 
 /// A config whose tenants are `tenants` (their keys become the API keys).
@@ -239,6 +246,10 @@ async fn requests_per_minute_and_concurrency_are_per_tenant() {
     // Another tenant is not affected, and a key of no tenant is refused.
     assert_eq!(post_as(&client, &gateway, "sk-single", &body).await.status(), 200);
     assert_eq!(post_as(&client, &gateway, "sk-nobody", &body).await.status(), 401);
+    // A priority band is a number 0..=9.
+    let request = client.post(url(&gateway, "/v1/chat/completions")).bearer_auth("sk-single");
+    let bad_band = request.header("x-laneway-priority", "urgent").json(&body).send().await.unwrap();
+    assert_eq!(bad_band.status(), 400);
     // One stream at a time: a second one while the first is open gets 429.
     let mut open = post_as(&client, &gateway, "sk-single", &chat_body(20, 200, true)).await;
     assert_eq!(open.status(), 200);

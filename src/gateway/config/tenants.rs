@@ -4,6 +4,7 @@
 use serde::Deserialize;
 
 use super::validate::Issues;
+use crate::gateway::admission::fair_order::{DEFAULT_BAND, MAX_BAND};
 
 /// One `[[tenants]]` table as written.
 #[derive(Debug, Default, Deserialize)]
@@ -15,6 +16,12 @@ pub struct RawTenant {
     pub requests_per_minute: Option<i64>,
     pub tokens_per_minute: Option<i64>,
     pub max_concurrent: Option<i64>,
+    /// Share of queue turns against other tenants of the same band (default 1).
+    pub weight: Option<i64>,
+    /// Default priority band, 0..=9 (default 4); higher bands wait less, are shed last.
+    pub priority: Option<i64>,
+    /// Highest band `x-laneway-priority` may ask for (default: `priority`).
+    pub max_priority: Option<i64>,
 }
 
 /// A tenant's limits; `None` is unlimited.
@@ -34,6 +41,12 @@ pub struct TenantConfig {
     pub name: String,
     pub keys: Vec<String>,
     pub limits: TenantLimits,
+    /// Share of queue turns (at least 1).
+    pub weight: u32,
+    /// Default priority band.
+    pub priority: u8,
+    /// Highest band the priority header may ask for.
+    pub max_priority: u8,
 }
 
 impl std::fmt::Debug for TenantConfig {
@@ -43,6 +56,8 @@ impl std::fmt::Debug for TenantConfig {
             .field("name", &self.name)
             .field("keys", &self.keys.len())
             .field("limits", &self.limits)
+            .field("weight", &self.weight)
+            .field("priority", &self.priority)
             .finish()
     }
 }
@@ -80,7 +95,20 @@ pub(super) fn tenants(raw: &[RawTenant], issues: &mut Issues) -> Vec<TenantConfi
             tokens_per_minute: limit("tokens_per_minute", tenant.tokens_per_minute),
             max_concurrent: limit("max_concurrent", tenant.max_concurrent),
         };
-        tenants.push(TenantConfig { name, keys: tenant.keys.clone(), limits });
+        let weight = issues.positive(&format!("{path}.weight"), tenant.weight, 1, 1000) as u32;
+        let mut band = |field: &str, value: Option<i64>, default: u8| match value {
+            None => default,
+            Some(n) if (0..=i64::from(MAX_BAND)).contains(&n) => n as u8,
+            Some(n) => {
+                issues
+                    .add(format!("{path}.{field}"), format!("{n} is out of range 0..={MAX_BAND}"));
+                default
+            }
+        };
+        let priority = band("priority", tenant.priority, DEFAULT_BAND);
+        let max_priority = band("max_priority", tenant.max_priority, priority).max(priority);
+        let keys = tenant.keys.clone();
+        tenants.push(TenantConfig { name, keys, limits, weight, priority, max_priority });
     }
     tenants
 }

@@ -14,6 +14,7 @@ use hyper::body::Incoming;
 
 use super::dispatch::rebuild;
 use super::respond::{Proxied, respond};
+use crate::gateway::admission::fair_order::Flow;
 use crate::gateway::admission::{AdmissionPermit, HeldBody};
 use crate::gateway::body::{ProxyBody, boxed, full};
 use crate::gateway::entry::Entry;
@@ -34,6 +35,8 @@ pub struct Forwarding<'a> {
     pub received_at: Instant,
     /// The replicas serving the request's model (`None`: any).
     pub serving: Option<&'a [String]>,
+    /// Where the request waits, if it must: its tenant's flow and priority band.
+    pub flow: Flow,
     /// The tenant's hold, handed to the response that goes out.
     pub quota: parking_lot::Mutex<Option<QuotaTicket>>,
 }
@@ -51,7 +54,8 @@ pub async fn forward(
 ) -> Result<Response<ProxyBody>, GatewayError> {
     let admission = &state.shared.admission;
     let pick = |limit| request.variant.pick_serving(&state.picker, request.serving, None, limit);
-    let (mut guard, permit) = admission.admit(&pick, request.prompt_tokens).await?;
+    let (mut guard, permit) =
+        admission.admit_as(&pick, request.prompt_tokens, &request.flow).await?;
     let mut replica = guard.replica().clone();
     state.shared.retry_budget.deposit();
     let reliability = &state.config.reliability;

@@ -20,6 +20,7 @@ use super::body_deadline::{BodyTimedOut, DeadlineBody};
 use super::respond::{ENTRY_HEADER, Proxied, REPLICA_HEADER, respond, tag};
 use crate::gateway::access_log::{self, AccessContext, AccessRecord};
 use crate::gateway::admission::HeldBody;
+use crate::gateway::admission::fair_order::{DEFAULT_BAND, Flow, MAX_BAND};
 use crate::gateway::body::{ProxyBody, boxed};
 use crate::gateway::classify::{self, Classification, ClassifyMethod, model_name};
 use crate::gateway::entry::Entry;
@@ -262,10 +263,16 @@ async fn pick_and_forward(
         }
         None => body,
     };
-    let quota = match state.tenants.of(&parts.headers) {
+    let asked_band = priority_band(&parts.headers)?;
+    let tenant = state.tenants.of(&parts.headers);
+    let flow = match &tenant {
+        Some(tenant) => tenant.flow(asked_band),
+        None => Flow { band: asked_band.unwrap_or(DEFAULT_BAND), ..Flow::default() },
+    };
+    let quota = match &tenant {
         Some(tenant) => {
             let prompt_tokens = classification.prompt_tokens;
-            Some(state.tenants.admit(&tenant, prompt_tokens, Instant::now())?)
+            Some(state.tenants.admit(tenant, prompt_tokens, Instant::now())?)
         }
         None => None,
     };
@@ -279,11 +286,25 @@ async fn pick_and_forward(
         prompt_tokens: classification.prompt_tokens,
         received_at,
         serving: route.serving.as_deref(),
+        flow,
         quota: parking_lot::Mutex::new(quota),
     };
     // The response carries the tenant's `x-ratelimit-*` headers (see `respond`).
     attempts::forward(state, forwarding).await
 }
+
+/// The band `x-laneway-priority` asks for (0..=9), if any.
+fn priority_band(headers: &http::HeaderMap) -> Result<Option<u8>, GatewayError> {
+    let Some(value) = headers.get(PRIORITY_HEADER) else { return Ok(None) };
+    let band = value.to_str().ok().and_then(|text| text.trim().parse::<u8>().ok());
+    match band {
+        Some(band) if band <= MAX_BAND => Ok(Some(band)),
+        _ => Err(GatewayError::BadHeader("x-laneway-priority")),
+    }
+}
+
+/// The header a request names its priority band in.
+const PRIORITY_HEADER: &str = "x-laneway-priority";
 
 /// The entry fixed before reading the body: by dedicated listener, else by header.
 fn named_entry(

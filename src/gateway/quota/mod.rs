@@ -17,6 +17,7 @@ use http::HeaderMap;
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
+use crate::gateway::admission::fair_order::Flow;
 use crate::gateway::auth::bearer;
 use crate::gateway::config::{TenantConfig, TenantLimits};
 use bucket::Bucket;
@@ -32,6 +33,9 @@ pub struct Tenants {
 /// One tenant's live counters.
 pub struct Tenant {
     pub name: String,
+    /// The tenant's place in the admission queue's fair order.
+    flow: Flow,
+    max_priority: u8,
     limits: TenantLimits,
     buckets: Mutex<Buckets>,
     in_flight: AtomicU64,
@@ -59,6 +63,12 @@ impl Tenants {
         for tenant in config {
             let live = Arc::new(Tenant {
                 name: tenant.name.clone(),
+                flow: Flow {
+                    key: Arc::from(tenant.name.as_str()),
+                    weight: tenant.weight,
+                    band: tenant.priority,
+                },
+                max_priority: tenant.max_priority,
                 limits: tenant.limits,
                 buckets: Mutex::new(Buckets {
                     requests: tenant.limits.requests_per_minute.map(|n| Bucket::new(n, now)),
@@ -146,6 +156,12 @@ impl Tenants {
 impl Tenant {
     pub fn in_flight(&self) -> u64 {
         self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// The tenant's flow, in the band asked for (`x-laneway-priority`) up to its maximum.
+    pub fn flow(&self, asked: Option<u8>) -> Flow {
+        let band = asked.map_or(self.flow.band, |band| band.min(self.max_priority));
+        Flow { band, ..self.flow.clone() }
     }
 }
 

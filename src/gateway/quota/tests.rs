@@ -3,7 +3,14 @@ use std::time::{Duration, Instant};
 use super::*;
 
 fn tenants(limits: TenantLimits) -> Tenants {
-    let config = TenantConfig { name: "team".into(), keys: vec!["sk-team".into()], limits };
+    let config = TenantConfig {
+        name: "team".into(),
+        keys: vec!["sk-team".into()],
+        limits,
+        weight: 2,
+        priority: 3,
+        max_priority: 5,
+    };
     Tenants::new(&[config], Arc::new(TenantMetrics::new(&prometheus::Registry::new())))
 }
 
@@ -72,4 +79,14 @@ fn other_keys_are_no_tenant() {
     assert!(tenants.of(&headers).is_none());
     assert_eq!(headers::duration_text(Duration::from_millis(250)), "250ms");
     assert_eq!(headers::duration_text(Duration::from_millis(5200)), "6s");
+}
+
+#[test]
+fn the_priority_header_is_capped_at_the_tenants_maximum() {
+    let tenants = tenants(TenantLimits::default());
+    let team = team(&tenants);
+    assert_eq!((team.flow(None).band, team.flow(None).weight), (3, 2));
+    assert_eq!(team.flow(Some(1)).band, 1);
+    assert_eq!(team.flow(Some(9)).band, 5);
+    assert_eq!(&*team.flow(None).key, "team");
 }
