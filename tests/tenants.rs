@@ -5,6 +5,7 @@
 mod gateway_support;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use gateway_support::*;
@@ -265,5 +266,50 @@ async fn requests_per_minute_and_concurrency_are_per_tenant() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(admitted, "the place never freed");
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_light_tenant_overtakes_a_heavy_tenants_backlog() {
+    let sims = start_sims(1, 1).await;
+    let unlimited = TenantLimits::default();
+    let tenants =
+        vec![tenant("heavy", "sk-heavy", unlimited), tenant("light", "sk-light", unlimited)];
+    let mut config = with_tenants(&sims, tenants);
+    // One request at a time: everything else waits in the admission queue.
+    let admission = &mut config.reliability.admission;
+    admission.max_in_flight = 1;
+    admission.queue_size = 64;
+    admission.queue_timeout = Duration::from_secs(60);
+    let gateway = start_gateway(config).await;
+    let state = gateway.state();
+    let client = reqwest::Client::new();
+    let finished = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let send = |key: &'static str| {
+        let (client, finished) = (client.clone(), finished.clone());
+        let request = client.post(url(&gateway, "/v1/chat/completions")).bearer_auth(key);
+        let request = request.json(&chat_body(20, 1000, false));
+        tokio::spawn(async move {
+            assert_eq!(request.send().await.unwrap().status(), 200);
+            finished.lock().push(key);
+        })
+    };
+    let heavy: Vec<_> = (0..10).map(|_| send("sk-heavy")).collect();
+    wait_until("the heavy backlog", || state.shared.admission.waiting() >= 8).await;
+    let waiting = state.shared.admission.waiting();
+    let light = send("sk-light");
+    wait_until("the light request queued", || {
+        state.shared.admission.waiting() >= waiting || !finished.lock().is_empty()
+    })
+    .await;
+    light.await.unwrap();
+    for request in heavy {
+        request.await.unwrap();
+    }
+    let finished = finished.lock();
+    let at = finished.iter().position(|key| *key == "sk-light").unwrap();
+    // First come, first served would finish it after every heavy request (10th);
+    // fair order serves it right after the heavy request at the front.
+    assert!(at <= 3, "light finished {at}th: {finished:?}");
     gateway.shutdown().await;
 }
