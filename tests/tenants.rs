@@ -306,7 +306,7 @@ async fn a_light_tenant_overtakes_a_heavy_tenants_backlog() {
     for request in heavy {
         request.await.unwrap();
     }
-    let finished = finished.lock();
+    let finished = finished.lock().clone();
     let at = finished.iter().position(|key| *key == "sk-light").unwrap();
     // First come, first served would finish it after every heavy request (10th);
     // fair order serves it right after the heavy request at the front.
