@@ -47,6 +47,12 @@ fn servers(config: &ModelsConfig, replicas: &[Arc<Replica>], model: &str) -> Vec
     replicas.iter().filter(|r| serves(config, r, model)).map(|r| r.name.clone()).collect()
 }
 
+/// `found` as a restriction: none when every replica serves the model, so that a
+/// single-model fleet picks over the whole set without a filtered copy.
+fn narrowed(found: Vec<String>, replicas: &[Arc<Replica>]) -> Option<Vec<String>> {
+    (found.len() < replicas.len()).then_some(found)
+}
+
 /// Resolves `requested` (the body's `model`, if any) against the current `replicas`.
 pub fn route(
     config: &ModelsConfig,
@@ -72,7 +78,8 @@ pub fn route(
     let found = servers(config, replicas, target);
     if !found.is_empty() {
         let rewrite = aliased.then(|| target.to_string());
-        return Ok(ModelRoute { serving: Some(found), rewrite, label: target.to_string() });
+        let serving = narrowed(found, replicas);
+        return Ok(ModelRoute { serving, rewrite, label: target.to_string() });
     }
     match &config.unknown {
         // An alias names the model the replicas know, even before any replica reported it.
@@ -93,7 +100,7 @@ fn served_as(
     let found = servers(config, replicas, target);
     let label = if found.is_empty() { OTHER_MODEL_LABEL.to_string() } else { target.to_string() };
     ModelRoute {
-        serving: (!found.is_empty()).then_some(found),
+        serving: if found.is_empty() { None } else { narrowed(found, replicas) },
         rewrite: rewrite.then(|| target.to_string()),
         label,
     }
@@ -183,7 +190,9 @@ mod tests {
         let mut config = config(UnknownModel::Reject);
         config.declared.insert("c".into(), vec!["big".into()]);
         let fleet = fleet();
-        assert_eq!(serving(&route(&config, &fleet, Some("big")).unwrap()), ["a", "b", "c"]);
+        // Every replica serves it: no restriction at all.
+        let everywhere = route(&config, &fleet, Some("big")).unwrap();
+        assert_eq!((everywhere.serving, everywhere.label.as_str()), (None, "big"));
         assert!(route(&config, &fleet, Some("small")).is_err());
         let names: Vec<_> = union(&config, &fleet).into_iter().map(|(name, _)| name).collect();
         assert_eq!(names, ["big", "big-sql", "gpt-4o"]);
