@@ -13,6 +13,7 @@ use laneway::gateway::auth::ApiKeys;
 use laneway::gateway::config::{TenantConfig, TenantLimits, UnknownModel};
 use laneway::gateway::{GatewayConfig, GatewayHandle};
 use laneway::sim::{self, SimConfig, SimHandle};
+use tokio::io::AsyncBufReadExt;
 
 /// A tiny sim named `id` serving `model` and the given LoRA adapters.
 async fn start_model_sim(id: &str, model: &str, adapters: &[&str]) -> SimHandle {
@@ -312,4 +313,28 @@ async fn a_light_tenant_overtakes_a_heavy_tenants_backlog() {
     // fair order serves it right after the heavy request at the front.
     assert!(at <= 3, "light finished {at}th: {finished:?}");
     gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_sim_cli_serves_a_named_model_and_its_adapters() {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_laneway"))
+        .args(["sim", "--port", "0", "--profile", "tiny", "--served-model-name", "beta"])
+        .args(["--lora-modules", "beta-sql,beta-chat=/adapters/chat"])
+        .kill_on_drop(true)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let limit = Duration::from_secs(20);
+    let first = tokio::time::timeout(limit, lines.next_line()).await.unwrap().unwrap().unwrap();
+    let base = first.strip_prefix("listening on ").expect("first line names the address");
+    let models: serde_json::Value =
+        reqwest::get(format!("{base}/v1/models")).await.unwrap().json().await.unwrap();
+    let cards = models["data"].as_array().unwrap();
+    let ids: Vec<&str> = cards.iter().map(|card| card["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["beta", "beta-sql", "beta-chat"]);
+    assert_eq!(cards[1]["parent"], "beta");
+    assert!(cards[0]["parent"].is_null());
+    child.kill().await.unwrap();
 }
