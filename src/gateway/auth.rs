@@ -73,6 +73,12 @@ impl ApiKeys {
         self
     }
 
+    /// Also accepts these keys (a tenant's).
+    pub fn with_more_keys<'a>(mut self, keys: impl IntoIterator<Item = &'a str>) -> Self {
+        self.hashes.extend(keys.into_iter().map(hash));
+        self
+    }
+
     /// Validates `[auth]`: reads the key file, refuses an empty key set. On error, the
     /// field path and the message.
     pub fn from_raw(raw: &RawAuth) -> Result<Self, (String, String)> {

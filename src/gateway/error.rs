@@ -26,6 +26,12 @@ pub enum GatewayError {
     /// Downstream: no replica has this name.
     #[error("unknown replica `{0}`")]
     UnknownReplica(String),
+    /// Downstream: no replica serves the model and the config maps it nowhere.
+    #[error("{0}")]
+    ModelNotFound(#[from] crate::gateway::pick::serving::ModelNotFound),
+    /// Downstream: the tenant is over one of its limits.
+    #[error("{0}")]
+    QuotaExceeded(#[from] crate::gateway::quota::QuotaExceeded),
     /// Downstream: the debug entry is not served on this listener.
     #[error(
         "the debug entry is not served on this listener: use the debug listener \
@@ -92,6 +98,8 @@ impl GatewayError {
             Self::BadBody(_) | Self::BadHeader(_) | Self::MissingReplica => "bad_request",
             Self::UnknownEntry(_) => "unknown_entry",
             Self::UnknownReplica(_) => "unknown_replica",
+            Self::ModelNotFound(_) => "model_not_found",
+            Self::QuotaExceeded(_) => "quota_exceeded",
             Self::DebugNotServedHere => "debug_not_served",
             Self::DebugBusy { .. } => "debug_busy",
             Self::PayloadTooLarge { .. } => "payload_too_large",
@@ -120,8 +128,10 @@ impl GatewayError {
             | Self::BadHeader(_)
             | Self::MissingReplica
             | Self::ClientBody(_) => ErrorKind::BadRequest,
-            Self::UnknownReplica(_) | Self::DebugNotServedHere => ErrorKind::NotFound,
-            Self::DebugBusy { .. } => ErrorKind::TooManyRequests,
+            Self::UnknownReplica(_) | Self::DebugNotServedHere | Self::ModelNotFound(_) => {
+                ErrorKind::NotFound
+            }
+            Self::DebugBusy { .. } | Self::QuotaExceeded(_) => ErrorKind::TooManyRequests,
             Self::PayloadTooLarge { .. } => ErrorKind::PayloadTooLarge,
             Self::ClientBodyTimeout { .. } => ErrorKind::RequestTimeout,
             Self::MethodNotAllowed { .. } => ErrorKind::MethodNotAllowed,
@@ -138,7 +148,13 @@ impl GatewayError {
 
     /// The OpenAI-shape error response sent to the client.
     pub fn into_response(self) -> Response<ProxyBody> {
-        let api_error = ApiError::new(self.api_kind(), self.to_string());
+        let mut api_error = ApiError::new(self.api_kind(), self.to_string());
+        if let Self::ModelNotFound(_) = self {
+            api_error = api_error.with_code("model_not_found");
+        }
+        if let Self::QuotaExceeded(_) = self {
+            api_error = api_error.with_code("rate_limit_exceeded");
+        }
         let mut response =
             api_error.into_response::<http_body_util::Full<bytes::Bytes>>().map(boxed);
         if let Self::MethodNotAllowed { .. } = self {
@@ -152,6 +168,11 @@ impl GatewayError {
         }
         if let Self::Overloaded { retry_after_secs } = self {
             response.headers_mut().insert(http::header::RETRY_AFTER, retry_after_secs.into());
+        }
+        if let Self::QuotaExceeded(exceeded) = &self {
+            let headers = response.headers_mut();
+            headers.insert(http::header::RETRY_AFTER, exceeded.retry_after_secs.into());
+            exceeded.headers.apply(headers);
         }
         if let Self::DebugBusy { .. } = self {
             response.headers_mut().insert(http::header::RETRY_AFTER, 1.into());

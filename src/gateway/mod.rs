@@ -25,6 +25,7 @@ pub mod health;
 pub mod listen;
 pub mod observe;
 pub mod pick;
+pub mod quota;
 pub mod reload;
 pub mod request_id;
 pub mod state;

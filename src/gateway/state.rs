@@ -17,6 +17,7 @@ use crate::gateway::forward::retry::RetryBudget;
 use crate::gateway::health::{HealthTracker, ReliabilityMetrics};
 use crate::gateway::observe::GatewayMetrics;
 use crate::gateway::pick::{Picker, PrefixRouter};
+use crate::gateway::quota::{TenantMetrics, Tenants};
 use crate::gateway::upstream_tls::UpstreamTls;
 use crate::gateway::variants::Variants;
 
@@ -35,6 +36,8 @@ pub struct Shared {
     pub prefix: Arc<PrefixRouter>,
     /// The latest N-1 capacity report and its gauges.
     pub capacity: Arc<crate::gateway::capacity::CapacityShared>,
+    /// Usage per tenant, registered once.
+    pub tenant_metrics: Arc<TenantMetrics>,
 }
 
 impl Shared {
@@ -42,7 +45,9 @@ impl Shared {
         let metrics = Arc::new(GatewayMetrics::new());
         let reliability_metrics = Arc::new(ReliabilityMetrics::new(metrics.registry()));
         let reliability = &config.reliability;
+        let tenant_metrics = Arc::new(TenantMetrics::new(metrics.registry()));
         Self {
+            tenant_metrics,
             admission: Arc::new(Admission::new(
                 reliability.admission.clone(),
                 reliability_metrics.clone(),
@@ -73,6 +78,8 @@ pub struct GatewayState {
     pub variants: Variants,
     pub health: Arc<HealthTracker>,
     pub shared: Shared,
+    /// Tenants' quotas (`[[tenants]]`).
+    pub tenants: Tenants,
     /// TLS to https replicas, read from `[upstream_tls]` when this state was built (so a
     /// reload reads the files again); shared by the connectors, scrapers and checks.
     pub upstream_tls: Arc<UpstreamTls>,
@@ -111,7 +118,9 @@ impl GatewayState {
         let variants = Variants::new(&config, &upstream_tls);
         shared.prefix.index.set_capacity_bytes(config.prefix.index_bytes);
         shared.canary.set_layout(variants.layout());
+        let tenants = Tenants::new(&config.tenants, shared.tenant_metrics.clone());
         Self {
+            tenants,
             picker,
             metrics: shared.metrics.clone(),
             variants,

@@ -40,16 +40,25 @@ impl Variant {
         picker.pick_in(policy, self.members.as_deref(), exclude, limit)
     }
 
-    /// [`Self::pick`] for a request whose prompt is known (see [`Self::reads_prompts`]).
-    pub fn pick_prompt(
+    /// [`Self::pick`] for one request: among the replicas serving its model (`None`: any),
+    /// with its prompt for a policy that places by prompt (see [`Self::reads_prompts`]).
+    pub fn pick_for(
         &self,
         picker: &Picker,
+        serving: Option<&[String]>,
         exclude: Option<&str>,
         limit: u64,
         prompt: Option<&PromptPick<'_>>,
     ) -> Option<Arc<Replica>> {
         let policy = self.policy.as_deref().unwrap_or(picker.policy());
-        picker.pick_prompt_in(policy, self.members.as_deref(), exclude, limit, prompt)
+        let Some(serving) = serving else {
+            return picker.pick_prompt_in(policy, self.members.as_deref(), exclude, limit, prompt);
+        };
+        let members: Vec<String> = match &self.members {
+            Some(pool) => pool.iter().filter(|name| serving.contains(name)).cloned().collect(),
+            None => serving.to_vec(),
+        };
+        picker.pick_prompt_in(policy, Some(&members), exclude, limit, prompt)
     }
 
     /// Whether this variant's policy places requests by their prompt.

@@ -76,6 +76,9 @@ impl ErrorKind {
 pub struct ApiError {
     pub kind: ErrorKind,
     pub message: String,
+    /// OpenAI's named code (`model_not_found`, `rate_limit_exceeded`) where one exists; the
+    /// numeric status otherwise, as vLLM sends.
+    pub code_name: Option<&'static str>,
 }
 
 #[derive(Serialize)]
@@ -89,12 +92,25 @@ struct ErrorFields<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
     param: Option<()>,
-    code: u16,
+    code: Code,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Code {
+    Status(u16),
+    Name(&'static str),
 }
 
 impl ApiError {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Self { kind, message: message.into() }
+        Self { kind, message: message.into(), code_name: None }
+    }
+
+    /// This error with OpenAI's named `code` instead of the numeric status.
+    pub fn with_code(mut self, name: &'static str) -> Self {
+        self.code_name = Some(name);
+        self
     }
 
     pub fn status(&self) -> StatusCode {
@@ -108,7 +124,10 @@ impl ApiError {
                 message: &self.message,
                 kind: self.kind.type_name(),
                 param: None,
-                code: self.status().as_u16(),
+                code: match self.code_name {
+                    Some(name) => Code::Name(name),
+                    None => Code::Status(self.status().as_u16()),
+                },
             },
         };
         serde_json::to_string(&body).expect("error body serializes")
@@ -150,6 +169,9 @@ mod tests {
         assert_eq!(value["error"]["type"], "BadRequestError");
         assert_eq!(value["error"]["code"], 400);
         assert_eq!(error.status(), StatusCode::BAD_REQUEST);
+        let named = ApiError::new(ErrorKind::NotFound, "no").with_code("model_not_found");
+        let value: serde_json::Value = serde_json::from_str(&named.body_json()).unwrap();
+        assert_eq!(value["error"]["code"], "model_not_found");
     }
 
     #[test]

@@ -73,6 +73,13 @@ pub struct SimArgs {
     /// `engine.enable_prefix_caching` otherwise (on in every built-in profile).
     #[arg(long)]
     pub no_enable_prefix_caching: bool,
+    /// The model id served (vLLM's flag of the same name); the profile's otherwise.
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// LoRA adapter names served besides the base model, listed in `/v1/models`
+    /// (vLLM's `--lora-modules NAME=PATH`; a path after `=` is ignored).
+    #[arg(long, num_args = 1.., value_delimiter = ',')]
+    pub lora_modules: Vec<String>,
 }
 
 impl SimArgs {
@@ -84,6 +91,13 @@ impl SimArgs {
         };
         if self.no_enable_prefix_caching {
             profile.engine.enable_prefix_caching = false;
+        }
+        if let Some(name) = &self.served_model_name {
+            profile.served_model_name = name.clone();
+        }
+        for module in &self.lora_modules {
+            let name = module.split_once('=').map_or(module.as_str(), |(name, _)| name);
+            profile.lora_modules.push(name.to_string());
         }
         let config = SimConfig {
             id: self.id.clone().unwrap_or_else(|| format!("sim-{}", self.port)),

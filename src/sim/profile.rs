@@ -31,6 +31,10 @@ pub struct Profile {
     pub name: String,
     /// The model id the replica serves (`/v1/models`, metric label `model_name`).
     pub served_model_name: String,
+    /// LoRA adapters it serves besides the base model (vLLM's `--lora-modules`), listed in
+    /// `/v1/models` with the base model as parent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lora_modules: Vec<String>,
     /// Longest prompt plus completion, in tokens.
     pub max_model_len: u64,
     pub engine: EngineProfile,
@@ -194,6 +198,14 @@ impl Profile {
         }
         if self.served_model_name.is_empty() {
             return Err(invalid("served_model_name", "\"\"", "must not be empty"));
+        }
+        if self.lora_modules.iter().any(|name| name.is_empty() || *name == self.served_model_name) {
+            let names = format!("{:?}", self.lora_modules);
+            return Err(invalid(
+                "lora_modules",
+                &names,
+                "names must be non-empty and not the base model",
+            ));
         }
         Ok(())
     }

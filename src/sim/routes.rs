@@ -137,18 +137,21 @@ async fn read_body(request: Request<Incoming>) -> Result<Bytes, ApiError> {
 fn models(state: &SimState) -> Response<SimBody> {
     let profile = &state.config.profile;
     let model = &profile.served_model_name;
-    let body = json!({
-        "object": "list",
-        "data": [{
-            "id": model,
+    let card = |id: &str, root: &str, parent: Option<&str>| {
+        json!({
+            "id": id,
             "object": "model",
             "created": state.created_unix,
             "owned_by": "vllm",
-            "root": model,
-            "parent": null,
+            "root": root,
+            "parent": parent,
             "max_model_len": profile.max_model_len,
             "permission": [],
-        }],
-    });
-    body::json_response(body.to_string())
+        })
+    };
+    let mut data = vec![card(model, model, None)];
+    for adapter in &profile.lora_modules {
+        data.push(card(adapter, adapter, Some(model)));
+    }
+    body::json_response(json!({"object": "list", "data": data}).to_string())
 }

@@ -15,6 +15,12 @@ fn example_configs_are_valid() {
     assert_eq!(tp4x4.replicas.len(), 4);
     assert_eq!(tp4x4.replicas[1].node, "h20-node-1");
     assert!(tp4x4.short.listen.is_some() && tp4x4.long.listen.is_some());
+    let multi = GatewayConfig::load(Path::new("config/multi-model.toml")).unwrap();
+    assert_eq!(multi.models.declared["small-1"], ["qwen3-8b", "qwen3-8b-sql-lora"]);
+    assert_eq!(multi.models.declared["small-0"], ["qwen3-8b", "qwen3-8b-sql-lora"]);
+    assert!(!multi.models.declared.contains_key("flash-0"));
+    assert_eq!(multi.tenants.len(), 3);
+    assert!(multi.auth.is_some());
 }
 
 #[test]

@@ -38,4 +38,5 @@ mod sim_engine;
 mod sim_faults;
 mod sim_load;
 mod sim_prefix_cache;
+mod tenants;
 mod topologies;

@@ -7,6 +7,7 @@
 //! limit and does not wait here.
 
 mod drain_rate;
+pub mod fair_order;
 mod held;
 mod queue;
 
@@ -16,6 +17,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use arc_swap::ArcSwap;
 
 use drain_rate::DrainRate;
+use fair_order::Flow;
 pub use held::HeldBody;
 use queue::WaitQueue;
 
@@ -99,6 +101,17 @@ impl Admission {
         pick: &(dyn Fn(u64) -> Option<Arc<Replica>> + Sync),
         prompt_tokens: u64,
     ) -> Result<(InFlightGuard, AdmissionPermit), GatewayError> {
+        self.admit_as(pick, prompt_tokens, &Flow::default()).await
+    }
+
+    /// [`Self::admit`] for a request of `flow`: when it waits, it waits in `flow`'s fair
+    /// place and may be shed for a higher band.
+    pub async fn admit_as(
+        self: &Arc<Self>,
+        pick: &(dyn Fn(u64) -> Option<Arc<Replica>> + Sync),
+        prompt_tokens: u64,
+        flow: &Flow,
+    ) -> Result<(InFlightGuard, AdmissionPermit), GatewayError> {
         if self.queue.is_empty()
             && let Try::Admitted(guard, permit) = self.try_admit(pick, prompt_tokens)?
         {
@@ -106,7 +119,7 @@ impl Admission {
         }
         let limits = self.limits();
         let _length = QueueLengthGauge(self);
-        let Some(ticket) = self.queue.join(limits.queue_size) else {
+        let Some(ticket) = self.queue.join_as(limits.queue_size, flow) else {
             self.metrics.admission_rejected.with_label_values(&["queue_full"]).inc();
             return Err(self.overloaded(&limits));
         };
@@ -117,6 +130,10 @@ impl Admission {
         // At the front, a place freed before this request joined would wake nobody: try once.
         let mut woken = ticket.is_front();
         loop {
+            if ticket.was_shed() {
+                self.metrics.admission_rejected.with_label_values(&["shed"]).inc();
+                return Err(self.overloaded(&limits));
+            }
             if woken {
                 match self.try_admit(pick, prompt_tokens)? {
                     Try::Admitted(guard, permit) => return Ok((guard, permit)),

@@ -1,30 +1,43 @@
-//! The admission wait queue: first come, first served. A newcomer joins behind every
-//! earlier waiter; a freed place wakes the waiter at the front only, which either takes it
-//! or, when the place is of no use to it (another pool's replica), hands the wake-up to
-//! the waiter behind it. No stampede of every waiter on every release, and no request
-//! overtaken by a later one that wanted the same room.
+//! The admission wait queue, in fair order ([`super::fair_order`]): higher priority bands
+//! first, then weighted fair turns between tenants; one flow alone is first come, first
+//! served. A freed place wakes the waiter at the front only, which either takes it or,
+//! when the place is of no use to it (another pool's replica), hands the wake-up to the
+//! waiter behind it. No stampede of every waiter on every release. A full queue sheds its
+//! last waiter for a newcomer of a higher band.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+use super::fair_order::{FairClock, Flow, Rank};
+
 #[derive(Debug, Default)]
 pub struct WaitQueue {
     // Held for a few instructions, never across an await.
-    waiters: Mutex<VecDeque<Arc<Waiter>>>,
+    waiters: Mutex<Waiting>,
     /// The queue's length, written under the lock: every request asks whether anyone waits
     /// (and every release whether to wake anyone), and the answer is almost always "no".
     length: AtomicUsize,
     next_id: AtomicU64,
 }
 
+/// The waiters in service order, and the virtual clock that orders them.
+#[derive(Debug, Default)]
+struct Waiting {
+    order: VecDeque<Arc<Waiter>>,
+    clock: FairClock,
+}
+
 #[derive(Debug)]
 struct Waiter {
     id: u64,
+    rank: Rank,
     wake: Notify,
+    /// Pushed out of a full queue by a newcomer of a higher band.
+    shed: AtomicBool,
 }
 
 /// A place in the queue; dropping it leaves the queue.
@@ -43,16 +56,34 @@ impl WaitQueue {
         self.len() == 0
     }
 
-    /// Joins at the back unless `capacity` waiters are already queued.
+    /// Joins at the back of one flow (first come, first served) unless `capacity`
+    /// waiters are already queued.
+    #[cfg(test)]
     pub fn join(&self, capacity: usize) -> Option<Ticket<'_>> {
-        let mut waiters = self.waiters.lock();
-        if waiters.len() >= capacity {
-            return None;
+        self.join_as(capacity, &Flow::default())
+    }
+
+    /// Joins in `flow`'s fair place. A full queue refuses the newcomer, unless its last
+    /// waiter is of a lower band: that one is shed (woken to give up) instead.
+    pub fn join_as(&self, capacity: usize, flow: &Flow) -> Option<Ticket<'_>> {
+        let mut waiting = self.waiters.lock();
+        if waiting.order.len() >= capacity {
+            let last = waiting.order.back()?;
+            if capacity == 0 || last.rank.band() >= flow.band {
+                return None;
+            }
+            let shed = waiting.order.pop_back().expect("checked above");
+            shed.shed.store(true, Ordering::SeqCst);
+            shed.wake.notify_one();
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let waiter = Arc::new(Waiter { id, wake: Notify::new() });
-        waiters.push_back(waiter.clone());
-        self.length.store(waiters.len(), Ordering::SeqCst);
+        let rank = waiting.clock.rank(flow, id);
+        let waiter =
+            Arc::new(Waiter { id, rank, wake: Notify::new(), shed: AtomicBool::new(false) });
+        let at = waiting.order.iter().position(|other| rank.before(&other.rank));
+        let end = waiting.order.len();
+        waiting.order.insert(at.unwrap_or(end), waiter.clone());
+        self.length.store(waiting.order.len(), Ordering::SeqCst);
         Some(Ticket { queue: self, waiter })
     }
 
@@ -65,13 +96,13 @@ impl WaitQueue {
         if self.is_empty() {
             return;
         }
-        if let Some(front) = self.waiters.lock().front() {
+        if let Some(front) = self.waiters.lock().order.front() {
             front.wake.notify_one();
         }
     }
 
     fn wake_behind(&self, id: u64) {
-        let waiters = self.waiters.lock();
+        let waiters = &self.waiters.lock().order;
         if let Some(at) = waiters.iter().position(|waiter| waiter.id == id)
             && let Some(next) = waiters.get(at + 1)
         {
@@ -88,7 +119,13 @@ impl Ticket<'_> {
 
     /// Whether this waiter is at the front of the queue.
     pub fn is_front(&self) -> bool {
-        self.queue.waiters.lock().front().is_some_and(|front| front.id == self.waiter.id)
+        let waiting = self.queue.waiters.lock();
+        waiting.order.front().is_some_and(|front| front.id == self.waiter.id)
+    }
+
+    /// Whether a newcomer of a higher band pushed this waiter out of the queue.
+    pub fn was_shed(&self) -> bool {
+        self.waiter.shed.load(Ordering::SeqCst)
     }
 
     /// Hands a wake-up this waiter could not use to the waiter behind it.
@@ -99,14 +136,16 @@ impl Ticket<'_> {
 
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
-        let mut waiters = self.queue.waiters.lock();
-        if let Some(at) = waiters.iter().position(|waiter| waiter.id == self.waiter.id) {
-            waiters.remove(at);
+        let mut waiting = self.queue.waiters.lock();
+        if let Some(at) = waiting.order.iter().position(|waiter| waiter.id == self.waiter.id) {
+            waiting.order.remove(at);
         }
-        self.queue.length.store(waiters.len(), Ordering::SeqCst);
+        let empty = waiting.order.is_empty();
+        waiting.clock.left(&self.waiter.rank, empty);
+        self.queue.length.store(waiting.order.len(), Ordering::SeqCst);
         // A wake-up this waiter received but did not use (it left: admitted, timed out or
         // gone) belongs to the next one; a spurious wake-up only costs it one check.
-        if let Some(front) = waiters.front() {
+        if let Some(front) = waiting.order.front() {
             front.wake.notify_one();
         }
     }

@@ -1,6 +1,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::gateway::admission::fair_order::Flow;
 use crate::gateway::config::{GatewayConfig, ReplicaConfig};
 use crate::gateway::pick::Picker;
 
@@ -103,4 +104,94 @@ async fn waiters_are_admitted_in_arrival_order_and_newcomers_queue_behind_them()
     assert_eq!(*order.lock(), [0, 1, 2, 3, 4, 5]);
     assert_eq!(admission.in_flight(), 0);
     assert_eq!(admission.waiting(), 0);
+}
+
+/// One place, `queue_size` waiting, waits long enough that no waiter times out in a test.
+fn fair_setup(queue_size: usize) -> (Arc<Admission>, Arc<Picker>) {
+    let (admission, picker) = setup(1, 10, queue_size);
+    admission.configure(AdmissionConfig {
+        max_in_flight: 1,
+        max_in_flight_per_replica: 10,
+        queue_size,
+        queue_timeout: Duration::from_secs(30),
+    });
+    (admission, Arc::new(picker))
+}
+
+fn flow(key: &str, band: u8) -> Flow {
+    Flow { key: Arc::from(key), weight: 1, band }
+}
+
+/// Queues a request of `flow` that records `name` when admitted, then frees its place.
+fn queue_one(
+    admission: &Arc<Admission>,
+    picker: &Arc<Picker>,
+    flow: Flow,
+    name: &'static str,
+    order: &Arc<parking_lot::Mutex<Vec<&'static str>>>,
+) -> tokio::task::JoinHandle<Result<(), GatewayError>> {
+    let (admission, picker, order) = (admission.clone(), picker.clone(), order.clone());
+    tokio::spawn(async move {
+        let pick = |limit| picker.pick_within(None, limit);
+        let admitted = admission.admit_as(&pick, 0, &flow).await?;
+        order.lock().push(name);
+        tokio::task::yield_now().await;
+        drop(admitted);
+        Ok(())
+    })
+}
+
+#[tokio::test]
+async fn a_heavy_tenant_queued_first_does_not_starve_a_light_one() {
+    let (admission, picker) = fair_setup(64);
+    let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let (_guard, holder) =
+        admission.admit(&|limit| picker.pick_within(None, limit), 0).await.unwrap();
+    let mut waiters = Vec::new();
+    for n in 0..20 {
+        waiters.push(queue_one(&admission, &picker, flow("heavy", 4), "heavy", &order));
+        until_waiting(&admission, n + 1).await;
+    }
+    for n in 0..2 {
+        waiters.push(queue_one(&admission, &picker, flow("light", 4), "light", &order));
+        until_waiting(&admission, 21 + n).await;
+    }
+    drop(holder);
+    for waiter in waiters {
+        waiter.await.unwrap().unwrap();
+    }
+    let order = order.lock();
+    let light: Vec<usize> =
+        order.iter().enumerate().filter(|(_, name)| **name == "light").map(|(i, _)| i).collect();
+    // FIFO would serve the light tenant 21st and 22nd; fair order takes turns.
+    assert_eq!(light, [1, 3], "{order:?}");
+    assert_eq!(order.len(), 22);
+}
+
+#[tokio::test]
+async fn higher_bands_go_first_and_a_full_queue_sheds_its_lowest() {
+    let (admission, picker) = fair_setup(3);
+    let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let (_guard, holder) =
+        admission.admit(&|limit| picker.pick_within(None, limit), 0).await.unwrap();
+    let low_a = queue_one(&admission, &picker, flow("bulk", 1), "low", &order);
+    until_waiting(&admission, 1).await;
+    let low_b = queue_one(&admission, &picker, flow("bulk", 1), "low", &order);
+    until_waiting(&admission, 2).await;
+    let normal = queue_one(&admission, &picker, flow("app", 4), "normal", &order);
+    until_waiting(&admission, 3).await;
+    // Full: a newcomer of the lowest band present is refused at once...
+    let (pick, lowest) = (|limit| picker.pick_within(None, limit), flow("x", 1));
+    let refused = admission.admit_as(&pick, 0, &lowest).await;
+    assert!(matches!(refused, Err(GatewayError::Overloaded { .. })));
+    // ...one of a higher band sheds the last low waiter and takes its place.
+    let high = queue_one(&admission, &picker, flow("app", 8), "high", &order);
+    let shed = low_b.await.unwrap();
+    assert!(matches!(shed, Err(GatewayError::Overloaded { .. })), "{shed:?}");
+    until_waiting(&admission, 3).await;
+    drop(holder);
+    for waiter in [low_a, normal, high] {
+        waiter.await.unwrap().unwrap();
+    }
+    assert_eq!(*order.lock(), ["high", "normal", "low"]);
 }

@@ -10,6 +10,7 @@
 
 #[cfg(test)]
 mod accuracy;
+pub mod model_name;
 
 use crate::gateway::entry::Entry;
 use crate::openai::request::Endpoint;
@@ -82,23 +83,51 @@ pub fn classify(
     named: Option<(Entry, ClassifyMethod)>,
     short_threshold_tokens: u64,
 ) -> Result<Classification, RequestParseError> {
+    classify_with_model(endpoint, body, named, short_threshold_tokens, false).map(|(c, _)| c)
+}
+
+/// Only the `model` field: the syntax check of a small body reads it at no extra cost.
+#[derive(serde::Deserialize)]
+struct ModelField {
+    model: Option<String>,
+}
+
+fn model_field(body: &[u8]) -> Result<Option<String>, RequestParseError> {
+    serde_json::from_slice::<ModelField>(body)
+        .map(|field| field.model)
+        .map_err(|error| RequestParseError::InvalidJson(error.to_string()))
+}
+
+/// [`classify`], and the body's `model` from the same parse. A named entry skips the body
+/// altogether unless `want_model`.
+pub fn classify_with_model(
+    endpoint: Endpoint,
+    body: &[u8],
+    named: Option<(Entry, ClassifyMethod)>,
+    short_threshold_tokens: u64,
+    want_model: bool,
+) -> Result<(Classification, Option<String>), RequestParseError> {
     let len = body.len() as u64;
     if let Some((entry, method)) = named {
-        return Ok(Classification { entry, method, prompt_tokens: tokens_from_body_len(len) });
+        let model = if want_model { model_field(body)? } else { None };
+        let classification =
+            Classification { entry, method, prompt_tokens: tokens_from_body_len(len) };
+        return Ok((classification, model));
     }
     if let Some(entry) = classify_by_length(len, short_threshold_tokens) {
         // Small by construction (a few kB at most), so the syntax check is cheap.
-        serde_json::from_slice::<serde::de::IgnoredAny>(body)
-            .map_err(|error| RequestParseError::InvalidJson(error.to_string()))?;
-        return Ok(Classification {
+        let model = model_field(body)?;
+        let classification = Classification {
             entry,
             method: ClassifyMethod::ContentLength,
             prompt_tokens: tokens_from_body_len(len),
-        });
+        };
+        return Ok((classification, model));
     }
-    let prompt_tokens = InferenceRequest::parse(endpoint, body)?.prompt_tokens();
+    let parsed = InferenceRequest::parse(endpoint, body)?;
+    let prompt_tokens = parsed.prompt_tokens();
     let entry = if prompt_tokens <= short_threshold_tokens { Entry::Short } else { Entry::Long };
-    Ok(Classification { entry, method: ClassifyMethod::Parsed, prompt_tokens })
+    Ok((Classification { entry, method: ClassifyMethod::Parsed, prompt_tokens }, parsed.model))
 }
 
 #[cfg(test)]

@@ -4,9 +4,11 @@
 
 mod canary;
 mod capacity;
+mod models;
 mod prefix;
 mod raw;
 pub mod reliability;
+mod tenants;
 mod validate;
 mod verdicts;
 
@@ -22,7 +24,9 @@ use crate::gateway::upstream_tls::UpstreamTlsConfig;
 
 pub use canary::{AdminConfig, CanaryConfig, DEFAULT_VARIANT_NAME, PoolConfig, VariantConfig};
 pub use capacity::{CapacityConfig, Placement};
+pub use models::{ModelsConfig, UnknownModel};
 pub use prefix::PrefixConfig;
+pub use tenants::{TenantConfig, TenantLimits};
 pub use validate::{ConfigError, ConfigIssue};
 pub use verdicts::Automation;
 
@@ -166,6 +170,10 @@ pub struct GatewayConfig {
     pub prefix: PrefixConfig,
     /// Capacity at SLO and N-1 headroom (`[capacity]`).
     pub capacity: CapacityConfig,
+    /// Which replicas serve which model names (`[models]`).
+    pub models: ModelsConfig,
+    /// Named keys and their limits (`[[tenants]]`).
+    pub tenants: Vec<TenantConfig>,
 }
 
 /// The configuration used when none is given; replicas are added by the caller.

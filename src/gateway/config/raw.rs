@@ -49,6 +49,10 @@ pub struct RawConfig {
     pub prefix: super::prefix::RawPrefix,
     #[serde(default)]
     pub capacity: super::capacity::RawCapacity,
+    #[serde(default)]
+    pub models: super::models::RawModels,
+    #[serde(default)]
+    pub tenants: Vec<super::tenants::RawTenant>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -108,6 +112,8 @@ pub struct RawPool {
     pub name: Option<String>,
     #[serde(default)]
     pub replicas: Vec<String>,
+    /// Models every member serves (`[models]`).
+    pub models: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -153,4 +159,6 @@ pub struct RawReplica {
     pub nodes: Option<Vec<String>>,
     pub rack: Option<String>,
     pub capacity_rps: Option<f64>,
+    /// Models this replica serves, instead of asking its `/v1/models`.
+    pub models: Option<Vec<String>>,
 }

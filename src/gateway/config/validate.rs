@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use super::canary;
 use super::capacity;
+use super::models;
 use super::raw::{RawConfig, RawEntries, RawEntry, RawReplica};
 use super::reliability::{self, Ranges, RawReliability, ReliabilityConfig};
+use super::tenants;
 use super::{DebugAccess, EntryConfig, GatewayConfig, PolicyKind, ReplicaConfig};
 use crate::gateway::auth::ApiKeys;
 use crate::gateway::discovery::DiscoveryConfig;
@@ -116,6 +118,7 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
     }
     let replicas = replicas(&raw.replicas, issues);
     let pools = canary::pools(&raw.pools, &replicas, issues);
+    let models = models::models(&raw.models, &raw.replicas, &raw.pools, &pools, issues);
     if raw.header_timeout_ms.is_some() {
         // One wait for the response headers, not two: the reliability section owns it.
         issues.add("header_timeout_ms", "replaced by `timeouts.first_byte_ms`");
@@ -175,6 +178,7 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
         auth: raw.auth.as_ref().and_then(|auth| {
             ApiKeys::from_raw(auth).map_err(|(path, message)| issues.add(path, message)).ok()
         }),
+        tenants: tenants::tenants(&raw.tenants, issues),
         upstream_tls: raw.upstream_tls.as_ref().map_or_else(UpstreamTlsConfig::default, |raw| {
             UpstreamTlsConfig::from_raw(raw).unwrap_or_else(|found| {
                 for (path, message) in found {
@@ -192,12 +196,26 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
         reliability: reliability_section(&raw, issues),
         prefix: super::prefix::prefix(&raw.prefix, issues),
         capacity: capacity::capacity(&raw.capacity, issues),
+        models,
     };
     if !raw.entries.debug.variants.is_empty() {
         issues
             .add("entries.debug.variants", "the debug entry reaches a named replica: no variants");
     }
     check_distinct_listeners(&config, issues);
+    with_tenant_keys(config)
+}
+
+/// A tenant's keys are API keys: `[[tenants]]` alone turns authentication on.
+fn with_tenant_keys(mut config: GatewayConfig) -> GatewayConfig {
+    let keys = config.tenants.iter().flat_map(|t| t.keys.iter().map(String::as_str));
+    if config.tenants.is_empty() {
+        return config;
+    }
+    config.auth = Some(match config.auth.take() {
+        Some(auth) => auth.with_more_keys(keys),
+        None => ApiKeys::new(keys, false),
+    });
     config
 }
 

@@ -14,6 +14,7 @@ use hyper::body::Incoming;
 
 use super::dispatch::rebuild;
 use super::respond::{Proxied, respond};
+use crate::gateway::admission::fair_order::Flow;
 use crate::gateway::admission::{AdmissionPermit, HeldBody};
 use crate::gateway::body::{ProxyBody, boxed, full};
 use crate::gateway::entry::Entry;
@@ -21,6 +22,7 @@ use crate::gateway::error::GatewayError;
 use crate::gateway::health::FailureReason;
 use crate::gateway::pick::prefix::PrefixFeedback;
 use crate::gateway::pick::{InFlightGuard, PromptKey, PromptPick, Replica};
+use crate::gateway::quota::QuotaTicket;
 use crate::gateway::state::GatewayState;
 use crate::gateway::variants::Variant;
 use crate::openai::InferenceRequest;
@@ -34,6 +36,12 @@ pub struct Forwarding<'a> {
     pub body: &'a Bytes,
     pub prompt_tokens: u64,
     pub received_at: Instant,
+    /// The replicas serving the request's model (`None`: any).
+    pub serving: Option<&'a [String]>,
+    /// Where the request waits, if it must: its tenant's flow and priority band.
+    pub flow: Flow,
+    /// The tenant's hold, handed to the response that goes out.
+    pub quota: parking_lot::Mutex<Option<QuotaTicket>>,
 }
 
 /// A failed attempt that another replica may take over.
@@ -52,8 +60,11 @@ pub async fn forward(
     let prefix = &state.shared.prefix;
     let prompt =
         key.as_ref().map(|key| PromptPick { key, router: prefix, config: &state.config.prefix });
-    let pick = |limit| request.variant.pick_prompt(&state.picker, None, limit, prompt.as_ref());
-    let (mut guard, permit) = admission.admit(&pick, request.prompt_tokens).await?;
+    let pick = |limit| {
+        request.variant.pick_for(&state.picker, request.serving, None, limit, prompt.as_ref())
+    };
+    let (mut guard, permit) =
+        admission.admit_as(&pick, request.prompt_tokens, &request.flow).await?;
     let mut replica = guard.replica().clone();
     let mut placed = key.as_ref().map(|key| prefix.place(&replica, key));
     state.shared.retry_budget.deposit();
@@ -99,7 +110,7 @@ pub async fn forward(
                 Retryable::Refused(error)
             }
         };
-        match next_replica(state, request.variant, &replica, request.prompt_tokens) {
+        match next_replica(state, &request, &replica) {
             Some(next) => {
                 let to = &next.replica().name;
                 tracing::warn!(from = %replica.name, %to, attempt, "retrying on another replica");
@@ -126,16 +137,21 @@ pub async fn forward(
 /// A place on another replica with room, if the retry budget allows one more retry.
 fn next_replica(
     state: &GatewayState,
-    variant: &Variant,
+    request: &Forwarding<'_>,
     failed: &Replica,
-    prompt_tokens: u64,
 ) -> Option<InFlightGuard> {
     let limit = state.shared.admission.limits().max_in_flight_per_replica;
-    let next = variant.pick(&state.picker, Some(&failed.name), limit)?;
+    let next = request.variant.pick_for(
+        &state.picker,
+        request.serving,
+        Some(&failed.name),
+        limit,
+        None,
+    )?;
     if next.name == failed.name {
         return None;
     }
-    let guard = InFlightGuard::try_acquire(next, prompt_tokens, limit)?;
+    let guard = InFlightGuard::try_acquire(next, request.prompt_tokens, limit)?;
     let retries = &state.shared.reliability_metrics.retries;
     if state.shared.retry_budget.try_withdraw() {
         retries.with_label_values(&["sent"]).inc();
@@ -164,6 +180,7 @@ fn finish(
         prompt_tokens: request.prompt_tokens,
         guard,
         prefix,
+        quota: request.quota.lock().take(),
     };
     respond(state, proxied, upstream).map(|body| boxed(HeldBody::new(body, permit)))
 }

@@ -20,13 +20,14 @@ use super::body_deadline::{BodyTimedOut, DeadlineBody};
 use super::respond::{ENTRY_HEADER, Proxied, REPLICA_HEADER, respond, tag};
 use crate::gateway::access_log::{self, AccessContext, AccessRecord};
 use crate::gateway::admission::HeldBody;
+use crate::gateway::admission::fair_order::{DEFAULT_BAND, Flow, MAX_BAND};
 use crate::gateway::body::{ProxyBody, boxed};
-use crate::gateway::classify::{self, Classification, ClassifyMethod};
+use crate::gateway::classify::{self, Classification, ClassifyMethod, model_name};
 use crate::gateway::entry::Entry;
 use crate::gateway::error::GatewayError;
 use crate::gateway::forward::debug::{DebugSlot, split_debug_path};
 use crate::gateway::observe::DEFAULT_VARIANT;
-use crate::gateway::pick::{InFlightGuard, Replica};
+use crate::gateway::pick::{InFlightGuard, Replica, serving};
 use crate::gateway::request_id::{self, REQUEST_ID_HEADER};
 use crate::gateway::state::GatewayState;
 use crate::openai::request::Endpoint;
@@ -83,6 +84,10 @@ async fn serve_request(
     let (entry, result) = match route {
         Route::Debug => (Entry::Debug, debug(&state, role, request, received_at).await),
         Route::Inference(endpoint) => inference(&state, role, endpoint, request, received_at).await,
+        Route::Models => match super::models::list(&state) {
+            Some(list) => (Entry::Short, Ok(list)),
+            None => (Entry::Short, other(&state, request, received_at).await),
+        },
         Route::Other => (Entry::Short, other(&state, request, received_at).await),
     };
     result.unwrap_or_else(|error| error_response(&state, entry, &path, received_at, error))
@@ -134,6 +139,8 @@ fn authenticate(state: &GatewayState, request: &Request<Incoming>) -> Result<(),
 enum Route {
     Debug,
     Inference(Endpoint),
+    /// `GET /v1/models`: the union of the replicas' lists.
+    Models,
     Other,
 }
 
@@ -145,6 +152,7 @@ fn route(role: ListenerRole, request: &Request<Incoming>) -> Route {
     }
     match Endpoint::from_path(path) {
         Some(endpoint) => Route::Inference(endpoint),
+        None if path == "/v1/models" && request.method() == Method::GET => Route::Models,
         None => Route::Other,
     }
 }
@@ -203,6 +211,8 @@ struct Classified {
     parts: Parts,
     body: Bytes,
     classification: Classification,
+    /// The body's `model`, read by the same parse.
+    model: Option<String>,
 }
 
 /// Phase 1, classify: method check, body read within the limit, entry decided. On error,
@@ -224,11 +234,12 @@ async fn classify_request(
     let limits = (state.config.body_limit_bytes, state.config.reliability.timeouts.client_body);
     let body = read_body(&parts, body, limits).await.map_err(|error| (headed_for, error))?;
     let threshold = state.config.short_threshold_tokens;
-    let classification = classify::classify(endpoint, &body, named, threshold)
-        .map_err(|error| (headed_for, GatewayError::BadBody(error)))?;
+    let (classification, model) =
+        classify::classify_with_model(endpoint, &body, named, threshold, true)
+            .map_err(|error| (headed_for, GatewayError::BadBody(error)))?;
     let labels = [classification.entry.as_str(), classification.method.as_str()];
     state.metrics.classified.with_label_values(&labels).inc();
-    Ok(Classified { parts, body, classification })
+    Ok(Classified { parts, body, classification, model })
 }
 
 /// Phases 2 to 4: pick a replica, forward with the entry's strategy (a refused connection
@@ -238,8 +249,33 @@ async fn pick_and_forward(
     classified: Classified,
     received_at: Instant,
 ) -> Result<Response<ProxyBody>, GatewayError> {
-    let Classified { parts, body, classification } = classified;
+    let Classified { mut parts, body, classification, model } = classified;
     let entry = classification.entry;
+    let replicas = state.picker.snapshot();
+    let route = serving::route(&state.config.models, &replicas, model.as_deref())?;
+    state.metrics.requests_by_model.with_label_values(&[route.label.as_str()]).inc();
+    let body = match &route.rewrite {
+        Some(name) => {
+            let renamed = model_name::rename_model(&body, name).map_err(GatewayError::BadBody)?;
+            // The replica reads exactly the declared length: declare the new one.
+            parts.headers.insert(http::header::CONTENT_LENGTH, renamed.len().into());
+            renamed
+        }
+        None => body,
+    };
+    let asked_band = priority_band(&parts.headers)?;
+    let tenant = state.tenants.of(&parts.headers);
+    let flow = match &tenant {
+        Some(tenant) => tenant.flow(asked_band),
+        None => Flow { band: asked_band.unwrap_or(DEFAULT_BAND), ..Flow::default() },
+    };
+    let quota = match &tenant {
+        Some(tenant) => {
+            let prompt_tokens = classification.prompt_tokens;
+            Some(state.tenants.admit(tenant, prompt_tokens, Instant::now())?)
+        }
+        None => None,
+    };
     // Assign the canary variant; its pool, policy and strategy serve the request.
     let variant = state.variants.choose(entry, &parts.headers, &state.picker, &state.metrics);
     let forwarding = Forwarding {
@@ -249,9 +285,26 @@ async fn pick_and_forward(
         body: &body,
         prompt_tokens: classification.prompt_tokens,
         received_at,
+        serving: route.serving.as_deref(),
+        flow,
+        quota: parking_lot::Mutex::new(quota),
     };
+    // The response carries the tenant's `x-ratelimit-*` headers (see `respond`).
     attempts::forward(state, forwarding).await
 }
+
+/// The band `x-laneway-priority` asks for (0..=9), if any.
+fn priority_band(headers: &http::HeaderMap) -> Result<Option<u8>, GatewayError> {
+    let Some(value) = headers.get(PRIORITY_HEADER) else { return Ok(None) };
+    let band = value.to_str().ok().and_then(|text| text.trim().parse::<u8>().ok());
+    match band {
+        Some(band) if band <= MAX_BAND => Ok(Some(band)),
+        _ => Err(GatewayError::BadHeader("x-laneway-priority")),
+    }
+}
+
+/// The header a request names its priority band in.
+const PRIORITY_HEADER: &str = "x-laneway-priority";
 
 /// The entry fixed before reading the body: by dedicated listener, else by header.
 fn named_entry(
@@ -384,6 +437,7 @@ async fn pass_through(
         prompt_tokens: 0,
         guard,
         prefix: None,
+        quota: None,
     };
     Ok(respond(state, proxied, upstream))
 }

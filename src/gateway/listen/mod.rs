@@ -5,6 +5,7 @@ mod attempts;
 mod body_deadline;
 pub mod connection;
 pub mod dispatch;
+mod models;
 mod respond;
 
 use std::convert::Infallible;

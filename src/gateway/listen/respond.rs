@@ -17,6 +17,7 @@ use crate::gateway::observe::{
 };
 use crate::gateway::pick::InFlightGuard;
 use crate::gateway::pick::prefix::PrefixFeedback;
+use crate::gateway::quota::QuotaTicket;
 use crate::gateway::state::GatewayState;
 
 pub const ENTRY_HEADER: HeaderName = HeaderName::from_static("x-laneway-entry");
@@ -56,6 +57,8 @@ pub struct Proxied {
     pub guard: InFlightGuard,
     /// A `prefix_aware` placement's prediction, checked against the replica's usage.
     pub prefix: Option<PrefixFeedback>,
+    /// A tenant's hold, released (and its tokens settled) when the body ends.
+    pub quota: Option<QuotaTicket>,
 }
 
 /// Builds the client's response around the replica's, streaming and observed.
@@ -93,12 +96,17 @@ pub fn respond(
     if let Some(prefix) = proxied.prefix {
         recorder = recorder.with_prefix(prefix);
     }
+    let rate_limits = proxied.quota.as_ref().map(|ticket| ticket.headers);
+    recorder = recorder.with_quota(proxied.quota);
     if let Some(mut access) = access_log::current() {
         access.status = status.as_u16();
         recorder = recorder.with_access(access);
     }
     let (mut parts, body) = upstream.into_parts();
     strip_hop_by_hop(&mut parts.headers);
+    if let Some(rate_limits) = rate_limits {
+        rate_limits.apply(&mut parts.headers);
+    }
     tag(&mut parts.headers, proxied.entry, proxied.strategy, &proxied.variant, Some(&replica));
     let timeouts = &state.config.reliability.timeouts;
     let watchdog = StreamWatchdog::new(

@@ -46,6 +46,8 @@ pub struct GatewayMetrics {
     pub classified: IntCounterVec,
     /// Requests per API key label; only fed when `auth.count_by_key` is on.
     pub requests_by_key: IntCounterVec,
+    /// Inference requests per served model (`other`: not known to be served).
+    pub requests_by_model: IntCounterVec,
     pub overhead: HistogramVec,
     pub canary_fallbacks: IntCounterVec,
     pub canary_actions: IntCounterVec,
@@ -161,6 +163,12 @@ impl GatewayMetrics {
                 "laneway_requests_by_key_total",
                 "Authenticated requests per API key (label: first 12 hex digits of its SHA-256)",
                 &["key"],
+            ),
+            requests_by_model: counter(
+                &r,
+                "laneway_requests_by_model_total",
+                "Inference requests per model the replicas serve (other: not known to be served)",
+                &["model"],
             ),
             overhead: histogram(
                 &r,

@@ -14,6 +14,7 @@ use crate::gateway::access_log::{self, AccessContext, AccessRecord};
 use crate::gateway::entry::{Entry, Strategy};
 use crate::gateway::pick::Replica;
 use crate::gateway::pick::prefix::PrefixFeedback;
+use crate::gateway::quota::QuotaTicket;
 use crate::openai::sse::{SseEvent, SseScanner, Usage};
 
 /// Largest non-streamed JSON response kept to read its `usage`.
@@ -78,6 +79,8 @@ pub struct Recorder {
     prefix: Option<PrefixFeedback>,
     /// The replica that served it and the SLO it is judged by, for capacity learning.
     capacity: Option<(Arc<Replica>, Slo)>,
+    /// A tenant's reservation, settled from the usage when the body ends.
+    quota: Option<QuotaTicket>,
 }
 
 impl Recorder {
@@ -106,6 +109,7 @@ impl Recorder {
             capacity: None,
             access: None,
             prefix: None,
+            quota: None,
         }
     }
 
@@ -124,6 +128,12 @@ impl Recorder {
     /// Counts the finished request, and whether it met `slo`, on the replica that served it.
     pub fn with_capacity(mut self, replica: Arc<Replica>, slo: Slo) -> Self {
         self.capacity = Some((replica, slo));
+        self
+    }
+
+    /// Settles a tenant's token reservation with the response's usage when it ends.
+    pub fn with_quota(mut self, ticket: Option<QuotaTicket>) -> Self {
+        self.quota = ticket;
         self
     }
 
@@ -207,6 +217,11 @@ impl Recorder {
             && let Some(details) = self.usage.and_then(|usage| usage.prompt_tokens_details)
         {
             prefix.report(details.cached_tokens);
+        }
+        if let Some(ticket) = self.quota.take() {
+            let completion = self.usage.map_or(self.token_events, |u| u.completion_tokens);
+            let prompt = self.usage.map_or(self.estimated_prompt_tokens, |u| u.prompt_tokens);
+            ticket.settle(prompt, completion);
         }
         let entry = self.labels.entry.as_str();
         match outcome {

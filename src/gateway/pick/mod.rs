@@ -8,6 +8,8 @@ pub mod prefix;
 pub mod replica;
 pub mod round_robin;
 pub mod scrape;
+pub mod served_models;
+pub mod serving;
 pub mod set;
 
 use std::sync::Arc;

@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use rustls_pki_types::ServerName;
 
 use crate::gateway::config::{Placement, ReplicaConfig};
@@ -27,6 +28,8 @@ pub struct Replica {
     pub draining: AtomicBool,
     /// Active checks and passive ejection; never touches `load`.
     pub health: ReplicaHealth,
+    /// Model names (base model and LoRA adapters) its `/v1/models` last listed.
+    pub served_models: ArcSwap<Vec<String>>,
 }
 
 impl Replica {
@@ -41,6 +44,7 @@ impl Replica {
             load: ReplicaLoad::default(),
             draining: AtomicBool::new(false),
             health: ReplicaHealth::default(),
+            served_models: ArcSwap::from_pointee(Vec::new()),
         }
     }
 

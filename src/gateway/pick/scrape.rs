@@ -14,6 +14,7 @@ use hyper_util::rt::TokioExecutor;
 use tokio::task::JoinHandle;
 
 use super::replica::{Replica, ReportedLoad};
+use super::served_models;
 use crate::gateway::upstream_tls::UpstreamTls;
 
 type ScrapeClient = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;
@@ -40,8 +41,16 @@ pub fn spawn_scrapers(
             tokio::spawn(async move {
                 let mut ticks = tokio::time::interval(interval);
                 ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                let models_every = served_models::REFRESH_EVERY.div_duration_f64(interval);
+                let models_every = (models_every as u64).max(1);
+                let mut tick: u64 = 0;
                 loop {
                     ticks.tick().await;
+                    if tick.is_multiple_of(models_every) {
+                        let refresh = served_models::refresh(&client, &replica);
+                        let _ = tokio::time::timeout(interval * 4, refresh).await;
+                    }
+                    tick += 1;
                     // A slow replica must not stall the loop past a few intervals.
                     let scrape = tokio::time::timeout(interval * 4, scrape_once(&client, &replica));
                     match scrape.await {
