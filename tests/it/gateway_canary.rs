@@ -46,6 +46,23 @@ async fn send_as(
     (status, variant, strategy)
 }
 
+/// The canary report once the first entry has recorded `requests` since start. A stream's
+/// sample reaches the recorder (a task of its own) when its body ends, which can be just
+/// after the client has read the last byte; bounded at about ten seconds.
+async fn report_once_recorded(gateway: &GatewayHandle, requests: u64) -> serde_json::Value {
+    for _ in 0..1000 {
+        let report = admin_json(gateway, "/admin/canary").await;
+        let variants = report["entries"][0]["variants"].as_array().cloned().unwrap_or_default();
+        let recorded: u64 =
+            variants.iter().filter_map(|v| v["since_start"]["requests"].as_u64()).sum();
+        if recorded >= requests {
+            return report;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("the canary report never counted {requests} requests");
+}
+
 #[tokio::test]
 async fn weights_are_honoured_and_each_variant_uses_its_strategy() {
     const USERS: usize = 240;
@@ -87,7 +104,7 @@ async fn weights_are_honoured_and_each_variant_uses_its_strategy() {
     };
     assert_eq!((requests_on("fc"), requests_on("ka")), (USERS - on_ka, on_ka));
     // The report counts the same requests, none of them failed.
-    let report = admin_json(&gateway, "/admin/canary").await;
+    let report = report_once_recorded(&gateway, USERS as u64).await;
     let variants = &report["entries"][0]["variants"];
     assert_eq!(variants[0]["since_start"]["requests"], (USERS - on_ka) as u64);
     assert_eq!(variants[1]["since_start"]["requests"], on_ka as u64);
@@ -193,7 +210,7 @@ async fn the_report_names_a_clearly_slower_pool() {
         .collect()
         .await;
     assert!(results.iter().all(|(status, _, _)| *status == 200));
-    let report = admin_json(&gateway, "/admin/canary").await;
+    let report = report_once_recorded(&gateway, USERS as u64).await;
     let short = &report["entries"][0];
     assert_eq!(short["entry"], "short");
     assert_eq!(short["baseline"], "fast");
