@@ -14,7 +14,7 @@ use crate::gateway::config::{EntryConfig, GatewayConfig};
 use crate::gateway::entry::{Entry, Strategy};
 use crate::gateway::forward::Connector;
 use crate::gateway::observe::GatewayMetrics;
-use crate::gateway::pick::{Picker, Policy, Replica, new_policy};
+use crate::gateway::pick::{Picker, Policy, Replica, RequestShape, new_policy};
 use crate::gateway::upstream_tls::UpstreamTls;
 
 /// The header a request id is read from when no sticky header is configured or present.
@@ -38,6 +38,18 @@ impl Variant {
     pub fn pick(&self, picker: &Picker, exclude: Option<&str>, limit: u64) -> Option<Arc<Replica>> {
         let policy = self.policy.as_deref().unwrap_or(picker.policy());
         picker.pick_in(policy, self.members.as_deref(), exclude, limit)
+    }
+
+    /// As [`Self::pick`], for a request of known size and SLO.
+    pub fn pick_for(
+        &self,
+        picker: &Picker,
+        exclude: Option<&str>,
+        limit: u64,
+        request: &RequestShape,
+    ) -> Option<Arc<Replica>> {
+        let policy = self.policy.as_deref().unwrap_or(picker.policy());
+        picker.pick_in_for(policy, self.members.as_deref(), exclude, limit, request)
     }
 
     /// The policy's name as configured (`None`: the global one).

@@ -10,6 +10,7 @@
 
 #[cfg(test)]
 mod accuracy;
+pub mod slo;
 
 use crate::gateway::entry::Entry;
 use crate::openai::request::Endpoint;

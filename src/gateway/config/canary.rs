@@ -137,7 +137,7 @@ pub(super) fn variants(
             if parsed.is_none() {
                 issues.add(
                     format!("{path}.policy"),
-                    format!("unknown policy `{name}` (expected least_queue or round_robin)"),
+                    format!("unknown policy `{name}` (expected least_queue, round_robin or predicted_latency)"),
                 );
             }
             parsed

@@ -5,6 +5,7 @@
 mod canary;
 mod raw;
 pub mod reliability;
+mod slo;
 mod validate;
 mod verdicts;
 
@@ -19,6 +20,7 @@ use crate::gateway::tls::TlsConfig;
 use crate::gateway::upstream_tls::UpstreamTlsConfig;
 
 pub use canary::{AdminConfig, CanaryConfig, DEFAULT_VARIANT_NAME, PoolConfig, VariantConfig};
+pub use slo::{EntrySlo, RawEntrySlo};
 pub use validate::{ConfigError, ConfigIssue};
 pub use verdicts::Automation;
 
@@ -29,6 +31,8 @@ pub enum PolicyKind {
     LeastQueue,
     /// Each replica in turn: the baseline to compare against.
     RoundRobin,
+    /// Where the request's predicted TTFT and TPOT leave the most room under its SLO.
+    PredictedLatency,
 }
 
 impl PolicyKind {
@@ -36,6 +40,7 @@ impl PolicyKind {
         match self {
             Self::LeastQueue => "least_queue",
             Self::RoundRobin => "round_robin",
+            Self::PredictedLatency => "predicted_latency",
         }
     }
 
@@ -43,6 +48,7 @@ impl PolicyKind {
         match name {
             "least_queue" => Some(Self::LeastQueue),
             "round_robin" => Some(Self::RoundRobin),
+            "predicted_latency" => Some(Self::PredictedLatency),
             _ => None,
         }
     }
@@ -76,6 +82,9 @@ pub struct EntryConfig {
     pub listen: Option<SocketAddr>,
     /// Connections per replica under the `spread` strategy.
     pub spread_connections: usize,
+    /// The latency the entry's requests should meet (`[entries.X.slo]`); predicted-latency
+    /// placement aims at it, and requests may tighten it with `x-laneway-slo-*` headers.
+    pub slo: EntrySlo,
     /// Canary variants; empty means one implicit variant (see [`EntryConfig::effective_variants`]).
     pub variants: Vec<VariantConfig>,
 }

@@ -19,7 +19,8 @@ use crate::gateway::body::{ProxyBody, boxed, full};
 use crate::gateway::entry::Entry;
 use crate::gateway::error::GatewayError;
 use crate::gateway::health::FailureReason;
-use crate::gateway::pick::{InFlightGuard, Replica};
+use crate::gateway::pick::predict::Placement;
+use crate::gateway::pick::{InFlightGuard, Replica, RequestShape};
 use crate::gateway::state::GatewayState;
 use crate::gateway::variants::Variant;
 
@@ -30,6 +31,8 @@ pub struct Forwarding<'a> {
     pub parts: &'a Parts,
     pub body: &'a Bytes,
     pub prompt_tokens: u64,
+    /// Its size and SLO, for policies that predict latency.
+    pub shape: RequestShape,
     pub received_at: Instant,
 }
 
@@ -45,9 +48,10 @@ pub async fn forward(
     request: Forwarding<'_>,
 ) -> Result<Response<ProxyBody>, GatewayError> {
     let admission = &state.shared.admission;
-    let pick = |limit| request.variant.pick(&state.picker, None, limit);
+    let pick = |limit| request.variant.pick_for(&state.picker, None, limit, &request.shape);
     let (mut guard, permit) = admission.admit(&pick, request.prompt_tokens).await?;
     let mut replica = guard.replica().clone();
+    let mut placement = Placement::begin(replica.clone(), request.prompt_tokens, Instant::now());
     state.shared.retry_budget.deposit();
     let reliability = &state.config.reliability;
     let connector = &request.variant.connector;
@@ -67,7 +71,7 @@ pub async fn forward(
                 replica.load.clear_failures();
                 state.health.record_status(&replica, upstream.status());
                 if upstream.status() != StatusCode::SERVICE_UNAVAILABLE || last {
-                    return Ok(finish(state, &request, guard, upstream, permit));
+                    return Ok(finish(state, &request, (guard, placement), upstream, permit));
                 }
                 Retryable::Unavailable(guard, upstream)
             }
@@ -91,7 +95,7 @@ pub async fn forward(
                 Retryable::Refused(error)
             }
         };
-        match next_replica(state, request.variant, &replica, request.prompt_tokens) {
+        match next_replica(state, &request, &replica) {
             Some(next) => {
                 let to = &next.replica().name;
                 tracing::warn!(from = %replica.name, %to, attempt, "retrying on another replica");
@@ -99,13 +103,15 @@ pub async fn forward(
                     state.metrics.record_error(request.entry.as_str(), error.kind_label());
                 }
                 replica = next.replica().clone();
+                placement =
+                    Placement::begin(replica.clone(), request.prompt_tokens, Instant::now());
                 guard = next;
                 attempt += 1;
             }
             None => {
                 return match retryable {
                     Retryable::Unavailable(guard, upstream) => {
-                        Ok(finish(state, &request, guard, upstream, permit))
+                        Ok(finish(state, &request, (guard, placement), upstream, permit))
                     }
                     Retryable::Refused(error) => Err(error),
                 };
@@ -117,16 +123,16 @@ pub async fn forward(
 /// A place on another replica with room, if the retry budget allows one more retry.
 fn next_replica(
     state: &GatewayState,
-    variant: &Variant,
+    request: &Forwarding<'_>,
     failed: &Replica,
-    prompt_tokens: u64,
 ) -> Option<InFlightGuard> {
     let limit = state.shared.admission.limits().max_in_flight_per_replica;
-    let next = variant.pick(&state.picker, Some(&failed.name), limit)?;
+    let variant: &Variant = request.variant;
+    let next = variant.pick_for(&state.picker, Some(&failed.name), limit, &request.shape)?;
     if next.name == failed.name {
         return None;
     }
-    let guard = InFlightGuard::try_acquire(next, prompt_tokens, limit)?;
+    let guard = InFlightGuard::try_acquire(next, request.prompt_tokens, limit)?;
     let retries = &state.shared.reliability_metrics.retries;
     if state.shared.retry_budget.try_withdraw() {
         retries.with_label_values(&["sent"]).inc();
@@ -141,7 +147,7 @@ fn next_replica(
 fn finish(
     state: &Arc<GatewayState>,
     request: &Forwarding<'_>,
-    guard: InFlightGuard,
+    (guard, placement): (InFlightGuard, Placement),
     upstream: Response<Incoming>,
     permit: AdmissionPermit,
 ) -> Response<ProxyBody> {
@@ -153,6 +159,7 @@ fn finish(
         inference: true,
         prompt_tokens: request.prompt_tokens,
         guard,
+        placement: Some(placement),
     };
     respond(state, proxied, upstream).map(|body| boxed(HeldBody::new(body, permit)))
 }

@@ -26,7 +26,7 @@ use crate::gateway::entry::Entry;
 use crate::gateway::error::GatewayError;
 use crate::gateway::forward::debug::{DebugSlot, split_debug_path};
 use crate::gateway::observe::DEFAULT_VARIANT;
-use crate::gateway::pick::{InFlightGuard, Replica};
+use crate::gateway::pick::{InFlightGuard, Replica, RequestShape};
 use crate::gateway::request_id::{self, REQUEST_ID_HEADER};
 use crate::gateway::state::GatewayState;
 use crate::openai::request::Endpoint;
@@ -242,12 +242,15 @@ async fn pick_and_forward(
     let entry = classification.entry;
     // Assign the canary variant; its pool, policy and strategy serve the request.
     let variant = state.variants.choose(entry, &parts.headers, &state.picker, &state.metrics);
+    let slo = classify::slo::request_slo(state.config.entry(entry).slo, &parts.headers)?;
+    let shape = RequestShape { prompt_tokens: classification.prompt_tokens, slo };
     let forwarding = Forwarding {
         entry,
         variant,
         parts: &parts,
         body: &body,
         prompt_tokens: classification.prompt_tokens,
+        shape,
         received_at,
     };
     attempts::forward(state, forwarding).await
@@ -383,6 +386,7 @@ async fn pass_through(
         inference: false,
         prompt_tokens: 0,
         guard,
+        placement: None,
     };
     Ok(respond(state, proxied, upstream))
 }

@@ -16,6 +16,7 @@ use crate::gateway::observe::{
     BodyKind, ObservedBody, Recorder, RequestLabels, StreamWatchdog, status_class,
 };
 use crate::gateway::pick::InFlightGuard;
+use crate::gateway::pick::predict::Placement;
 use crate::gateway::state::GatewayState;
 
 pub const ENTRY_HEADER: HeaderName = HeaderName::from_static("x-laneway-entry");
@@ -53,6 +54,9 @@ pub struct Proxied {
     pub inference: bool,
     pub prompt_tokens: u64,
     pub guard: InFlightGuard,
+    /// Where an inference request was placed, so that its stream teaches the replica's
+    /// latency estimate.
+    pub placement: Option<Placement>,
 }
 
 /// Builds the client's response around the replica's, streaming and observed.
@@ -84,6 +88,9 @@ pub fn respond(
     );
     if proxied.inference {
         recorder = recorder.with_canary(state.shared.canary.clone());
+    }
+    if let Some(placement) = proxied.placement {
+        recorder = recorder.with_placement(placement);
     }
     if let Some(mut access) = access_log::current() {
         access.status = status.as_u16();

@@ -12,6 +12,7 @@ use super::metrics::GatewayMetrics;
 use crate::canary::{self, CanaryRecorder};
 use crate::gateway::access_log::{self, AccessContext, AccessRecord};
 use crate::gateway::entry::{Entry, Strategy};
+use crate::gateway::pick::predict::Placement;
 use crate::openai::sse::{SseEvent, SseScanner, Usage};
 
 /// Largest non-streamed JSON response kept to read its `usage`.
@@ -72,6 +73,7 @@ pub struct Recorder {
     /// Set on proxied requests: the access line is written at the end.
     access: Option<AccessContext>,
     canary: Option<CanaryRecorder>,
+    placement: Option<Placement>,
 }
 
 impl Recorder {
@@ -98,7 +100,14 @@ impl Recorder {
             finished: false,
             canary: None,
             access: None,
+            placement: None,
         }
+    }
+
+    /// Feeds this stream's TTFT and TPOT to the replica's latency estimate.
+    pub fn with_placement(mut self, placement: Placement) -> Self {
+        self.placement = Some(placement);
+        self
     }
 
     /// Also reports the finished request to the canary comparison.
@@ -160,6 +169,10 @@ impl Recorder {
                 self.first_token_at = Some(now);
                 let ttft = now.duration_since(self.received_at).as_secs_f64();
                 self.metrics.ttft.with_label_values(&self.label_values()).observe(ttft);
+                if let Some(error) = self.placement.as_mut().and_then(|p| p.first_token(now)) {
+                    let replica = [self.labels.replica.as_str()];
+                    self.metrics.predicted_ttft_error.with_label_values(&replica).observe(error);
+                }
             }
             Some(previous) => {
                 if self.itl.is_none() {
@@ -209,6 +222,9 @@ impl Recorder {
                 last.duration_since(first).as_secs_f64() / (completion_tokens - 1) as f64;
             self.metrics.tpot.with_label_values(&labels).observe(per_token);
             tpot = Some(std::time::Duration::from_secs_f64(per_token));
+            if let (Some(placement), Some(tpot)) = (self.placement.as_mut(), tpot) {
+                placement.finished(tpot);
+            }
         }
         if let Some(canary) = &self.canary {
             canary.record(canary::Outcome {

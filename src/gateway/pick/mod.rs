@@ -4,6 +4,7 @@
 pub mod guard;
 pub mod least_queue;
 pub mod policy;
+pub mod predict;
 pub mod replica;
 pub mod round_robin;
 pub mod scrape;
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::gateway::config::{GatewayConfig, PolicyKind};
 pub use guard::InFlightGuard;
-pub use policy::{PickContext, Policy};
+pub use policy::{PickContext, Policy, RequestShape};
 pub use replica::{Replica, ReportedLoad};
 pub use set::{ReplicaSet, Source};
 
@@ -96,6 +97,18 @@ impl Picker {
         exclude: Option<&str>,
         limit: u64,
     ) -> Option<Arc<Replica>> {
+        self.pick_in_for(policy, pool, exclude, limit, &RequestShape::default())
+    }
+
+    /// As [`Self::pick_in`], telling the policy the request's size and SLO.
+    pub fn pick_in_for(
+        &self,
+        policy: &dyn Policy,
+        pool: Option<&[String]>,
+        exclude: Option<&str>,
+        limit: u64,
+        request: &RequestShape,
+    ) -> Option<Arc<Replica>> {
         let all = self.snapshot();
         let in_pool = |r: &Arc<Replica>| pool.is_none_or(|members| members.contains(&r.name));
         let any_in_rotation =
@@ -120,7 +133,7 @@ impl Picker {
             fresh_for: self.fresh_for,
             exclude: exclude.and_then(|name| replicas.iter().position(|r| r.name == name)),
         };
-        let index = policy.pick(replicas, &context)?;
+        let index = policy.pick_for(replicas, &context, request)?;
         Some(replicas[index].clone())
     }
 }
@@ -130,6 +143,7 @@ pub fn new_policy(kind: PolicyKind) -> Box<dyn Policy> {
     match kind {
         PolicyKind::LeastQueue => Box::new(least_queue::LeastQueue),
         PolicyKind::RoundRobin => Box::new(round_robin::RoundRobin::default()),
+        PolicyKind::PredictedLatency => Box::new(predict::PredictedLatency::new(rand::random())),
     }
 }
 

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::replica::Replica;
+use crate::gateway::config::EntrySlo;
 
 /// What a policy may look at besides the replicas.
 #[derive(Debug, Clone, Copy)]
@@ -17,6 +18,15 @@ pub struct PickContext {
     pub exclude: Option<usize>,
 }
 
+/// What a policy may know of the request itself: its size and the latency it must meet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestShape {
+    /// Estimated prompt tokens.
+    pub prompt_tokens: u64,
+    /// The entry's SLO, tightened by the request's `x-laneway-slo-*` headers.
+    pub slo: EntrySlo,
+}
+
 /// Chooses one replica among candidates. Implementations must not block or lock: they run
 /// on every request.
 pub trait Policy: Send + Sync {
@@ -24,6 +34,17 @@ pub trait Policy: Send + Sync {
 
     /// The index of the chosen replica, `None` if no candidate is left.
     fn pick(&self, replicas: &[Arc<Replica>], context: &PickContext) -> Option<usize>;
+
+    /// As [`Policy::pick`], for a request of known shape; policies blind to requests keep
+    /// this default.
+    fn pick_for(
+        &self,
+        replicas: &[Arc<Replica>],
+        context: &PickContext,
+        _request: &RequestShape,
+    ) -> Option<usize> {
+        self.pick(replicas, context)
+    }
 }
 
 /// The candidates left after the exclusion, as indices.

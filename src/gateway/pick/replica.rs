@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use rustls_pki_types::ServerName;
 
+use super::predict::LatencyEstimate;
 use crate::gateway::config::ReplicaConfig;
 use crate::gateway::health::ReplicaHealth;
 use crate::gateway::upstream_tls;
@@ -21,6 +22,9 @@ pub struct Replica {
     /// For an `https://` replica, the name its certificate must carry; `None` for `http://`.
     pub server_name: Option<ServerName<'static>>,
     pub load: ReplicaLoad,
+    /// Prefill and decode speed learned from this gateway's streams (predicted-latency
+    /// placement).
+    pub latency: LatencyEstimate,
     /// Set by an operator (admin API): no new requests, those in flight finish.
     pub draining: AtomicBool,
     /// Active checks and passive ejection; never touches `load`.
@@ -36,6 +40,7 @@ impl Replica {
             // Validation refused https URLs whose host is no server name.
             server_name: config.tls.then(|| upstream_tls::server_name(&config.authority)).flatten(),
             load: ReplicaLoad::default(),
+            latency: LatencyEstimate::default(),
             draining: AtomicBool::new(false),
             health: ReplicaHealth::default(),
         }
