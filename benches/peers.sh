@@ -3,13 +3,14 @@
 # vllm-router, in front of one simulated TP8x2 fleet (two `laneway sim --profile h20-tp8
 # --api-workers 4` replicas on loopback).
 #
-#   benches/peers.sh [--quick] [install|short|long|overhead|streams|all]...
+#   benches/peers.sh [--quick] [install|short|long|overhead|streams|degraded|hetero|sweep|all]...
 #
 # Parts: short (1000/300/c6 and a short-output sweep), long (9000/600/c2, 50000/1000/c1),
 # overhead (tiny requests at 5,000 req/s open loop, then saturation), streams (5,000
 # concurrent SSE streams through laneway). `all` runs every part (about 17 minutes on
 # 2 cores, 3 of them building laneway); `--quick` runs a much smaller version of each
-# (about 2.5 minutes after the build).
+# (about 2.5 minutes after the build). degraded, hetero and sweep (benches/peers/routing.sh)
+# compare balancing on slowed, mixed and small fleets; `all` leaves them out.
 # Results go to benches/results/<date>[-quick]/ (override with PEERS_OUT=DIR):
 # results.md, one JSON per case, SVG charts per case.
 #
@@ -26,7 +27,7 @@ PARTS=()
 for arg in "$@"; do
     case "$arg" in
         --quick) QUICK=1 ;;
-        install | short | long | overhead | streams | all) PARTS+=("$arg") ;;
+        install | short | long | overhead | streams | degraded | hetero | sweep | all) PARTS+=("$arg") ;;
         -h | --help) sed -n '2,/^set -euo/p' "$0" | grep '^#'; exit 0 ;;
         *) echo "unknown argument: $arg (see --help)" >&2; exit 2 ;;
     esac
@@ -103,6 +104,8 @@ wait_http() {
 
 # listening_url FILE: the URL a `laneway sim` or `serve` prints first.
 source "$PEERS_DIR/listening.sh"
+# Parts degraded, hetero and sweep.
+source "$PEERS_DIR/routing.sh"
 
 # ------------------------------------------------------------------------------ install
 install_tools() {
@@ -419,6 +422,9 @@ main() {
             long) part_long ;;
             overhead) part_overhead ;;
             streams) part_streams ;;
+            degraded) part_degraded ;;
+            hetero) part_hetero ;;
+            sweep) part_sweep ;;
         esac
     done
     python3 "$PEERS_DIR/verdict.py" targets "$OUT" | tee -a "$OUT/results.md"
