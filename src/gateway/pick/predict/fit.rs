@@ -13,6 +13,9 @@ pub const CHANGE_RATIO: f64 = 0.5;
 /// How many ordinary decays a changed-looking sample applies at once.
 const CHANGE_DECAYS: i32 = 3;
 
+/// Share of the prior's slope that the fitted slope never falls below.
+pub const MIN_SLOPE_SHARE: f64 = 0.25;
+
 /// A decayed least-squares line with a prior.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DecayedLine {
@@ -20,6 +23,10 @@ pub struct DecayedLine {
     /// The prior line, as two pseudo-samples of fixed weight at `prior_x`.
     prior: [(f64, f64); 2],
     prior_weight: f64,
+    /// The least slope the line keeps: a share of the prior's, because samples taken over
+    /// a narrow, noisy range often show none, and a replica whose latency seems not to grow
+    /// with its load would be sent every request.
+    min_slope: f64,
     /// Decayed sums of the samples: weight, x, y, x*x, x*y.
     sums: [f64; 5],
     samples: u64,
@@ -35,6 +42,7 @@ impl DecayedLine {
             decay: DEFAULT_DECAY,
             prior: [(x_low, intercept + slope * x_low), (x_high, intercept + slope * x_high)],
             prior_weight,
+            min_slope: slope * MIN_SLOPE_SHARE,
             sums: [0.0; 5],
             samples: 0,
         }
@@ -69,7 +77,8 @@ impl DecayedLine {
         self.samples
     }
 
-    /// `(intercept, slope)`, both at least zero: latency never falls as work grows.
+    /// `(intercept, slope)`: the intercept at least zero, the slope at least the floor
+    /// (latency never falls, and keeps growing, as work grows).
     pub fn coefficients(&self) -> (f64, f64) {
         let [mut n, mut sx, mut sy, mut sxx, mut sxy] = self.sums;
         for (x, y) in self.prior {
@@ -80,15 +89,13 @@ impl DecayedLine {
             sxy += self.prior_weight * x * y;
         }
         let spread = n * sxx - sx * sx;
-        let slope =
+        let fitted =
             if spread > f64::EPSILON * n * sxx { (n * sxy - sx * sy) / spread } else { 0.0 };
-        if slope <= 0.0 {
-            return ((sy / n).max(0.0), 0.0);
-        }
+        let slope = fitted.max(self.min_slope);
         let intercept = (sy - slope * sx) / n;
         if intercept < 0.0 {
             // Through the origin instead: the best slope with no fixed cost.
-            return (0.0, (sxy / sxx).max(0.0));
+            return (0.0, (sxy / sxx).max(self.min_slope));
         }
         (intercept, slope)
     }
@@ -161,7 +168,8 @@ mod tests {
     #[test]
     fn coefficients_never_go_negative_and_bad_samples_are_ignored() {
         let mut line = DecayedLine::new(0.0, 0.0, (0.0, 1.0), 0.1);
-        // Falling samples: a flat line at their mean instead of a negative slope.
+        // Falling samples: a flat line (this prior's slope is zero) instead of a
+        // negative slope.
         for (x, y) in [(1.0, 5.0), (2.0, 4.0), (3.0, 3.0)] {
             line.observe(x, y);
         }

@@ -7,8 +7,9 @@
 //! tpot = decode_intercept  + decode_slope  * (in_flight + 1)
 //! headroom = min(1 - ttft / slo.ttft, 1 - tpot / slo.tpot) - failures
 //! ```
-//! Candidates within `TIE_BAND` of the best headroom are drawn among at random, so equal
-//! replicas share the load instead of the first one taking it all. A slow replica keeps a
+//! Two distinct candidates are drawn at random and the one with more headroom wins (power
+//! of two choices): a global best would take every request until its estimate caught up
+//! with the load it was given, and estimates learned from streams lag by a TTFT at least. A slow replica keeps a
 //! share that shrinks as its predictions worsen, and `EXPLORE_RATIO` of the requests go to
 //! the candidate that has been placed the fewest requests, so a replica that nothing else
 //! would pick is still measured and can win its share back (at most that ratio of the
@@ -25,8 +26,6 @@ use crate::gateway::pick::replica::Replica;
 
 /// Share of requests placed at random, whatever the predictions say.
 pub const EXPLORE_RATIO: f64 = 1.0 / 32.0;
-/// Headrooms this close to the best count as equal.
-pub const TIE_BAND: f64 = 0.05;
 
 /// The policy; its generator is the only state.
 #[derive(Debug)]
@@ -84,20 +83,15 @@ impl Policy for PredictedLatency {
                 .min_by_key(|&n| replicas[nth_candidate(n, context)].latency.placements());
             return least_placed.map(|n| nth_candidate(n, context));
         }
-        let margins: Vec<f64> =
-            (0..count).map(|n| headroom(&replicas[nth_candidate(n, context)], request)).collect();
-        let best = margins.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let near = margins.iter().filter(|&&m| m >= best - TIE_BAND).count();
-        let mut draw = self.rng.below(near);
-        for (n, margin) in margins.iter().enumerate() {
-            if *margin >= best - TIE_BAND {
-                if draw == 0 {
-                    return Some(nth_candidate(n, context));
-                }
-                draw -= 1;
-            }
+        let first = self.rng.below(count);
+        // A second draw from the other count-1 candidates: two distinct choices.
+        let mut second = self.rng.below(count - 1);
+        if second >= first {
+            second += 1;
         }
-        unreachable!("the best margin is within the band")
+        let (a, b) = (nth_candidate(first, context), nth_candidate(second, context));
+        let better = headroom(&replicas[b], request) > headroom(&replicas[a], request);
+        Some(if better { b } else { a })
     }
 }
 
