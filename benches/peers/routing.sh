@@ -17,6 +17,11 @@ ROUTING_RATES="${ROUTING_RATES:-4 6}"
 ROUTING_HETERO_RATE="${ROUTING_HETERO_RATE:-4}"
 ROUTING_REQUESTS="${ROUTING_REQUESTS:-180}"
 ROUTING_MIX="1000/300:7+9000/600:3"
+# Every target is sent the same prompts (same seed), one after another on one fleet: with
+# prefix caching on, a target would find the prompts the previous targets left in cache on
+# whichever replica it picks, and the first target of each round none. Off by default so
+# that placement, not cache luck, is measured.
+ROUTING_SIM_FLAGS="${ROUTING_SIM_FLAGS---no-enable-prefix-caching}"
 
 # routing_slo_ms SIM_MS: the wall-clock milliseconds of SIM_MS simulated ones.
 routing_slo_ms() { python3 -c "print(max(1, round($1 / $ROUTING_SPEED)))"; }
@@ -29,7 +34,7 @@ start_fleet_of() {
     FLEET=()
     for profile in "$@"; do
         "${PIN_FLEET[@]}" "$LANEWAY" sim --port 0 --profile "$profile" --api-workers 4 \
-            --speed "$ROUTING_SPEED" --id "r$index" --seed "$((index + 1))" \
+            --speed "$ROUTING_SPEED" --id "r$index" --seed "$((index + 1))" $ROUTING_SIM_FLAGS \
             >"$WORK/sim-r$index.out" 2>"$WORK/sim-r$index.err" &
         PIDS+=($!)
         url="$(listening_url "$WORK/sim-r$index.out")"
