@@ -109,3 +109,13 @@ async fn slo_headers_tighten_and_bad_values_are_refused_in_the_openai_shape() {
     assert_eq!(sample(&metrics, bad), Some(5.0));
     gateway.shutdown().await;
 }
+
+#[test]
+fn the_heterogeneous_fleet_example_config_is_valid() {
+    let path = std::path::Path::new("config/hetero.toml");
+    let config = laneway::gateway::GatewayConfig::load(path).unwrap();
+    assert_eq!(config.policy, PolicyKind::PredictedLatency);
+    assert_eq!(config.long.variants[0].pool.as_deref(), Some("tp8"));
+    assert_eq!(config.long.slo.ttft, Duration::from_millis(2000));
+    assert_eq!(config.short.slo, EntrySlo::default());
+}
