@@ -3,7 +3,7 @@
 # vllm-router, in front of one simulated TP8x2 fleet (two `laneway sim --profile h20-tp8
 # --api-workers 4` replicas on loopback).
 #
-#   benches/peers.sh [--quick] [install|short|long|overhead|streams|prefix|topologies|all]...
+#   benches/peers.sh [--quick] [install|short|long|overhead|streams|prefix|topologies|degraded|hetero|sweep|all]...
 #
 # Parts: short (1000/300/c6 and a short-output sweep), long (9000/600/c2, 50000/1000/c1),
 # overhead (tiny requests at 5,000 req/s open loop, then saturation), streams (5,000
@@ -12,7 +12,8 @@
 # each simulated topology, beside the published cells); prefix and topologies are not part
 # of `all`. `all` runs every part (about 17 minutes on
 # 2 cores, 3 of them building laneway); `--quick` runs a much smaller version of each
-# (about 2.5 minutes after the build).
+# (about 2.5 minutes after the build). degraded, hetero and sweep (benches/peers/routing.sh)
+# compare balancing on slowed, mixed and small fleets; `all` leaves them out.
 # Results go to benches/results/<date>[-quick]/ (override with PEERS_OUT=DIR):
 # results.md, one JSON per case, SVG charts per case.
 #
@@ -29,7 +30,7 @@ PARTS=()
 for arg in "$@"; do
     case "$arg" in
         --quick) QUICK=1 ;;
-        install | short | long | overhead | streams | prefix | topologies | all) PARTS+=("$arg") ;;
+        install | short | long | overhead | streams | prefix | topologies | degraded | hetero | sweep | all) PARTS+=("$arg") ;;
         -h | --help) sed -n '2,/^set -euo/p' "$0" | grep '^#'; exit 0 ;;
         *) echo "unknown argument: $arg (see --help)" >&2; exit 2 ;;
     esac
@@ -110,6 +111,8 @@ source "$PEERS_DIR/listening.sh"
 source "$PEERS_DIR/prefix.sh"
 # part_topologies
 source "$PEERS_DIR/topologies.sh"
+# Parts degraded, hetero and sweep.
+source "$PEERS_DIR/routing.sh"
 
 # ------------------------------------------------------------------------------ install
 install_tools() {
@@ -434,6 +437,9 @@ main() {
             streams) part_streams ;;
             prefix) part_prefix ;;
             topologies) part_topologies ;;
+            degraded) part_degraded ;;
+            hetero) part_hetero ;;
+            sweep) part_sweep ;;
         esac
     done
     python3 "$PEERS_DIR/verdict.py" targets "$OUT" | tee -a "$OUT/results.md"

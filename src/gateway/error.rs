@@ -20,6 +20,9 @@ pub enum GatewayError {
     /// Downstream: a header value is not text.
     #[error("header {0} is not valid text")]
     BadHeader(&'static str),
+    /// Downstream: an `x-laneway-slo-*` header is not a valid limit.
+    #[error("{0}")]
+    BadSlo(#[from] crate::gateway::classify::slo::BadSloHeader),
     /// Downstream: the debug entry was not told which replica to reach.
     #[error("debug entry needs /debug/{{replica}}/{{path}} or an x-laneway-replica header")]
     MissingReplica,
@@ -95,7 +98,9 @@ impl GatewayError {
     /// The `kind` label of `laneway_request_errors_total`.
     pub fn kind_label(&self) -> &'static str {
         match self {
-            Self::BadBody(_) | Self::BadHeader(_) | Self::MissingReplica => "bad_request",
+            Self::BadBody(_) | Self::BadHeader(_) | Self::BadSlo(_) | Self::MissingReplica => {
+                "bad_request"
+            }
             Self::UnknownEntry(_) => "unknown_entry",
             Self::UnknownReplica(_) => "unknown_replica",
             Self::ModelNotFound(_) => "model_not_found",
@@ -126,6 +131,7 @@ impl GatewayError {
             Self::BadBody(_)
             | Self::UnknownEntry(_)
             | Self::BadHeader(_)
+            | Self::BadSlo(_)
             | Self::MissingReplica
             | Self::ClientBody(_) => ErrorKind::BadRequest,
             Self::UnknownReplica(_) | Self::DebugNotServedHere | Self::ModelNotFound(_) => {

@@ -14,7 +14,7 @@ use crate::gateway::config::{EntryConfig, GatewayConfig};
 use crate::gateway::entry::{Entry, Strategy};
 use crate::gateway::forward::Connector;
 use crate::gateway::observe::GatewayMetrics;
-use crate::gateway::pick::{Picker, Policy, PromptPick, Replica, new_policy};
+use crate::gateway::pick::{Picker, Policy, PromptPick, Replica, RequestShape, new_policy};
 use crate::gateway::upstream_tls::UpstreamTls;
 
 /// The header a request id is read from when no sticky header is configured or present.
@@ -41,24 +41,27 @@ impl Variant {
     }
 
     /// [`Self::pick`] for one request: among the replicas serving its model (`None`: any),
-    /// with its prompt for a policy that places by prompt (see [`Self::reads_prompts`]).
+    /// telling the policy the request's size and SLO, and its prompt for a policy that
+    /// places by prompt (see [`Self::reads_prompts`]).
     pub fn pick_for(
         &self,
         picker: &Picker,
         serving: Option<&[String]>,
         exclude: Option<&str>,
         limit: u64,
+        request: &RequestShape,
         prompt: Option<&PromptPick<'_>>,
     ) -> Option<Arc<Replica>> {
         let policy = self.policy.as_deref().unwrap_or(picker.policy());
         let Some(serving) = serving else {
-            return picker.pick_prompt_in(policy, self.members.as_deref(), exclude, limit, prompt);
+            let pool = self.members.as_deref();
+            return picker.pick_request_in(policy, pool, exclude, limit, request, prompt);
         };
         let members: Vec<String> = match &self.members {
             Some(pool) => pool.iter().filter(|name| serving.contains(name)).cloned().collect(),
             None => serving.to_vec(),
         };
-        picker.pick_prompt_in(policy, Some(&members), exclude, limit, prompt)
+        picker.pick_request_in(policy, Some(&members), exclude, limit, request, prompt)
     }
 
     /// Whether this variant's policy places requests by their prompt.

@@ -24,6 +24,7 @@ mod gateway_discovery;
 mod gateway_entries;
 mod gateway_hardening;
 mod gateway_prefix;
+mod gateway_routing;
 mod gateway_scale_out;
 mod gateway_strategies;
 mod gateway_streaming;

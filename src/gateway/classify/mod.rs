@@ -11,6 +11,7 @@
 #[cfg(test)]
 mod accuracy;
 pub mod model_name;
+pub mod slo;
 
 use crate::gateway::entry::Entry;
 use crate::openai::request::Endpoint;

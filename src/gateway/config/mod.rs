@@ -8,6 +8,7 @@ mod models;
 mod prefix;
 mod raw;
 pub mod reliability;
+mod slo;
 mod tenants;
 mod validate;
 mod verdicts;
@@ -26,6 +27,7 @@ pub use canary::{AdminConfig, CanaryConfig, DEFAULT_VARIANT_NAME, PoolConfig, Va
 pub use capacity::{CapacityConfig, Placement};
 pub use models::{ModelsConfig, UnknownModel};
 pub use prefix::PrefixConfig;
+pub use slo::{EntrySlo, RawEntrySlo};
 pub use tenants::{TenantConfig, TenantLimits};
 pub use validate::{ConfigError, ConfigIssue};
 pub use verdicts::Automation;
@@ -39,6 +41,8 @@ pub enum PolicyKind {
     RoundRobin,
     /// Where the prompt's prefix is cached, unless load makes a miss elsewhere faster.
     PrefixAware,
+    /// Where the request's predicted TTFT and TPOT leave the most room under its SLO.
+    PredictedLatency,
 }
 
 impl PolicyKind {
@@ -47,6 +51,7 @@ impl PolicyKind {
             Self::LeastQueue => "least_queue",
             Self::RoundRobin => "round_robin",
             Self::PrefixAware => "prefix_aware",
+            Self::PredictedLatency => "predicted_latency",
         }
     }
 
@@ -55,6 +60,7 @@ impl PolicyKind {
             "least_queue" => Some(Self::LeastQueue),
             "round_robin" => Some(Self::RoundRobin),
             "prefix_aware" => Some(Self::PrefixAware),
+            "predicted_latency" => Some(Self::PredictedLatency),
             _ => None,
         }
     }
@@ -96,6 +102,9 @@ pub struct EntryConfig {
     pub listen: Option<SocketAddr>,
     /// Connections per replica under the `spread` strategy.
     pub spread_connections: usize,
+    /// The latency the entry's requests should meet (`[entries.X.slo]`); predicted-latency
+    /// placement aims at it, and requests may tighten it with `x-laneway-slo-*` headers.
+    pub slo: EntrySlo,
     /// Canary variants; empty means one implicit variant (see [`EntryConfig::effective_variants`]).
     pub variants: Vec<VariantConfig>,
 }

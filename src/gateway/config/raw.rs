@@ -91,6 +91,8 @@ pub struct RawEntry {
     /// Debug entry only: debug requests in flight per replica, 429 beyond.
     pub max_in_flight_per_replica: Option<i64>,
     #[serde(default)]
+    pub slo: super::RawEntrySlo,
+    #[serde(default)]
     pub variants: Vec<RawVariant>,
 }
 

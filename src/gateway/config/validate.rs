@@ -103,7 +103,7 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
     let policy = PolicyKind::parse(name).unwrap_or_else(|| {
         issues.add(
             "policy",
-            format!("unknown policy `{name}` (expected least_queue, round_robin or prefix_aware)"),
+            format!("unknown policy `{name}` (expected least_queue, round_robin, prefix_aware or predicted_latency)"),
         );
         PolicyKind::LeastQueue
     });
@@ -277,7 +277,8 @@ fn entry(
             as usize;
     let variants =
         canary::variants(&format!("{path}.variants"), &raw.variants, strategy, pools, issues);
-    EntryConfig { strategy, listen, spread_connections, variants }
+    let slo = super::slo::entry_slo(&format!("{path}.slo"), &raw.slo, issues);
+    EntryConfig { strategy, listen, spread_connections, slo, variants }
 }
 
 fn replicas(raw: &[RawReplica], issues: &mut Issues) -> Vec<ReplicaConfig> {

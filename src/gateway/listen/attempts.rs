@@ -20,8 +20,9 @@ use crate::gateway::body::{ProxyBody, boxed, full};
 use crate::gateway::entry::Entry;
 use crate::gateway::error::GatewayError;
 use crate::gateway::health::FailureReason;
+use crate::gateway::pick::predict::Placement;
 use crate::gateway::pick::prefix::PrefixFeedback;
-use crate::gateway::pick::{InFlightGuard, PromptKey, PromptPick, Replica};
+use crate::gateway::pick::{InFlightGuard, PromptKey, PromptPick, Replica, RequestShape};
 use crate::gateway::quota::QuotaTicket;
 use crate::gateway::state::GatewayState;
 use crate::gateway::variants::Variant;
@@ -35,6 +36,8 @@ pub struct Forwarding<'a> {
     pub parts: &'a Parts,
     pub body: &'a Bytes,
     pub prompt_tokens: u64,
+    /// Its size and SLO, for policies that predict latency.
+    pub shape: RequestShape,
     pub received_at: Instant,
     /// The replicas serving the request's model (`None`: any).
     pub serving: Option<&'a [String]>,
@@ -60,13 +63,14 @@ pub async fn forward(
     let prefix = &state.shared.prefix;
     let prompt =
         key.as_ref().map(|key| PromptPick { key, router: prefix, config: &state.config.prefix });
-    let pick = |limit| {
-        request.variant.pick_for(&state.picker, request.serving, None, limit, prompt.as_ref())
-    };
+    let (picker, serving, shape) = (&state.picker, request.serving, &request.shape);
+    let pick =
+        |limit| request.variant.pick_for(picker, serving, None, limit, shape, prompt.as_ref());
     let (mut guard, permit) =
         admission.admit_as(&pick, request.prompt_tokens, &request.flow).await?;
     let mut replica = guard.replica().clone();
     let mut placed = key.as_ref().map(|key| prefix.place(&replica, key));
+    let mut placement = Placement::begin(replica.clone(), request.prompt_tokens, Instant::now());
     state.shared.retry_budget.deposit();
     let reliability = &state.config.reliability;
     let connector = &request.variant.connector;
@@ -86,7 +90,14 @@ pub async fn forward(
                 replica.load.clear_failures();
                 state.health.record_status(&replica, upstream.status());
                 if upstream.status() != StatusCode::SERVICE_UNAVAILABLE || last {
-                    return Ok(finish(state, &request, guard, upstream, permit, placed));
+                    return Ok(finish(
+                        state,
+                        &request,
+                        (guard, placement),
+                        upstream,
+                        permit,
+                        placed,
+                    ));
                 }
                 Retryable::Unavailable(guard, upstream)
             }
@@ -119,13 +130,15 @@ pub async fn forward(
                 }
                 replica = next.replica().clone();
                 placed = key.as_ref().map(|key| prefix.place(&replica, key));
+                placement =
+                    Placement::begin(replica.clone(), request.prompt_tokens, Instant::now());
                 guard = next;
                 attempt += 1;
             }
             None => {
                 return match retryable {
                     Retryable::Unavailable(guard, upstream) => {
-                        Ok(finish(state, &request, guard, upstream, permit, placed))
+                        Ok(finish(state, &request, (guard, placement), upstream, permit, placed))
                     }
                     Retryable::Refused(error) => Err(error),
                 };
@@ -141,13 +154,9 @@ fn next_replica(
     failed: &Replica,
 ) -> Option<InFlightGuard> {
     let limit = state.shared.admission.limits().max_in_flight_per_replica;
-    let next = request.variant.pick_for(
-        &state.picker,
-        request.serving,
-        Some(&failed.name),
-        limit,
-        None,
-    )?;
+    let variant: &Variant = request.variant;
+    let (picker, exclude) = (&state.picker, Some(failed.name.as_str()));
+    let next = variant.pick_for(picker, request.serving, exclude, limit, &request.shape, None)?;
     if next.name == failed.name {
         return None;
     }
@@ -166,7 +175,7 @@ fn next_replica(
 fn finish(
     state: &Arc<GatewayState>,
     request: &Forwarding<'_>,
-    guard: InFlightGuard,
+    (guard, placement): (InFlightGuard, Placement),
     upstream: Response<Incoming>,
     permit: AdmissionPermit,
     prefix: Option<PrefixFeedback>,
@@ -181,6 +190,7 @@ fn finish(
         guard,
         prefix,
         quota: request.quota.lock().take(),
+        placement: Some(placement),
     };
     respond(state, proxied, upstream).map(|body| boxed(HeldBody::new(body, permit)))
 }

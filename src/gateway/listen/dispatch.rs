@@ -27,7 +27,7 @@ use crate::gateway::entry::Entry;
 use crate::gateway::error::GatewayError;
 use crate::gateway::forward::debug::{DebugSlot, split_debug_path};
 use crate::gateway::observe::DEFAULT_VARIANT;
-use crate::gateway::pick::{InFlightGuard, Replica, serving};
+use crate::gateway::pick::{InFlightGuard, Replica, RequestShape, serving};
 use crate::gateway::request_id::{self, REQUEST_ID_HEADER};
 use crate::gateway::state::GatewayState;
 use crate::openai::request::Endpoint;
@@ -278,12 +278,15 @@ async fn pick_and_forward(
     };
     // Assign the canary variant; its pool, policy and strategy serve the request.
     let variant = state.variants.choose(entry, &parts.headers, &state.picker, &state.metrics);
+    let slo = classify::slo::request_slo(state.config.entry(entry).slo, &parts.headers)?;
+    let shape = RequestShape { prompt_tokens: classification.prompt_tokens, slo };
     let forwarding = Forwarding {
         entry,
         variant,
         parts: &parts,
         body: &body,
         prompt_tokens: classification.prompt_tokens,
+        shape,
         received_at,
         serving: route.serving.as_deref(),
         flow,
@@ -438,6 +441,7 @@ async fn pass_through(
         guard,
         prefix: None,
         quota: None,
+        placement: None,
     };
     Ok(respond(state, proxied, upstream))
 }

@@ -16,6 +16,7 @@ use crate::gateway::observe::{
     BodyKind, ObservedBody, Recorder, RequestLabels, StreamWatchdog, status_class,
 };
 use crate::gateway::pick::InFlightGuard;
+use crate::gateway::pick::predict::Placement;
 use crate::gateway::pick::prefix::PrefixFeedback;
 use crate::gateway::quota::QuotaTicket;
 use crate::gateway::state::GatewayState;
@@ -59,6 +60,9 @@ pub struct Proxied {
     pub prefix: Option<PrefixFeedback>,
     /// A tenant's hold, released (and its tokens settled) when the body ends.
     pub quota: Option<QuotaTicket>,
+    /// Where an inference request was placed, so that its stream teaches the replica's
+    /// latency estimate.
+    pub placement: Option<Placement>,
 }
 
 /// Builds the client's response around the replica's, streaming and observed.
@@ -98,6 +102,9 @@ pub fn respond(
     }
     let rate_limits = proxied.quota.as_ref().map(|ticket| ticket.headers);
     recorder = recorder.with_quota(proxied.quota);
+    if let Some(placement) = proxied.placement {
+        recorder = recorder.with_placement(placement);
+    }
     if let Some(mut access) = access_log::current() {
         access.status = status.as_u16();
         recorder = recorder.with_access(access);

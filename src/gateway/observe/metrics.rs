@@ -29,6 +29,10 @@ pub const E2E_BUCKETS: &[f64] = &[
 pub const OVERHEAD_BUCKETS: &[f64] =
     &[10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0, 25000.0, 100000.0];
 
+/// Prediction error bounds, as a ratio of the measured value.
+pub const PREDICTION_ERROR_BUCKETS: &[f64] =
+    &[0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0];
+
 const REQUEST_LABELS: &[&str] = &["entry", "strategy", "variant", "replica", "status_class"];
 const TOKEN_LABELS: &[&str] = &["entry", "variant", "replica"];
 
@@ -51,6 +55,9 @@ pub struct GatewayMetrics {
     pub overhead: HistogramVec,
     pub canary_fallbacks: IntCounterVec,
     pub canary_actions: IntCounterVec,
+    /// `|predicted - measured| / measured` of each stream's TTFT under predicted-latency
+    /// placement's estimate of its replica.
+    pub predicted_ttft_error: HistogramVec,
     replica_in_flight: IntGaugeVec,
     replica_in_flight_prompt_tokens: IntGaugeVec,
     replica_reported_waiting: IntGaugeVec,
@@ -188,6 +195,13 @@ impl GatewayMetrics {
                 "laneway_canary_actions_total",
                 "Weight changes made on canary verdicts (action: rollback or promote)",
                 &["entry", "variant", "action"],
+            ),
+            predicted_ttft_error: histogram(
+                &r,
+                "laneway_predicted_ttft_error_ratio",
+                "|predicted - measured| / measured TTFT of each stream, by replica",
+                PREDICTION_ERROR_BUCKETS,
+                &["replica"],
             ),
             replica_in_flight: int_gauge(
                 &r,

@@ -13,6 +13,7 @@ use crate::canary::{self, CanaryRecorder, Slo};
 use crate::gateway::access_log::{self, AccessContext, AccessRecord};
 use crate::gateway::entry::{Entry, Strategy};
 use crate::gateway::pick::Replica;
+use crate::gateway::pick::predict::Placement;
 use crate::gateway::pick::prefix::PrefixFeedback;
 use crate::gateway::quota::QuotaTicket;
 use crate::openai::sse::{SseEvent, SseScanner, Usage};
@@ -81,6 +82,7 @@ pub struct Recorder {
     capacity: Option<(Arc<Replica>, Slo)>,
     /// A tenant's reservation, settled from the usage when the body ends.
     quota: Option<QuotaTicket>,
+    placement: Option<Placement>,
 }
 
 impl Recorder {
@@ -110,7 +112,14 @@ impl Recorder {
             access: None,
             prefix: None,
             quota: None,
+            placement: None,
         }
+    }
+
+    /// Feeds this stream's TTFT and TPOT to the replica's latency estimate.
+    pub fn with_placement(mut self, placement: Placement) -> Self {
+        self.placement = Some(placement);
+        self
     }
 
     /// Also reports the finished request to the canary comparison.
@@ -193,6 +202,10 @@ impl Recorder {
                 }
                 let ttft = now.duration_since(self.received_at).as_secs_f64();
                 self.metrics.ttft.with_label_values(&self.label_values()).observe(ttft);
+                if let Some(error) = self.placement.as_mut().and_then(|p| p.first_token(now)) {
+                    let replica = [self.labels.replica.as_str()];
+                    self.metrics.predicted_ttft_error.with_label_values(&replica).observe(error);
+                }
             }
             Some(previous) => {
                 if self.itl.is_none() {
@@ -252,6 +265,9 @@ impl Recorder {
                 last.duration_since(first).as_secs_f64() / (completion_tokens - 1) as f64;
             self.metrics.tpot.with_label_values(&labels).observe(per_token);
             tpot = Some(std::time::Duration::from_secs_f64(per_token));
+            if let (Some(placement), Some(tpot)) = (self.placement.as_mut(), tpot) {
+                placement.finished(tpot);
+            }
         }
         let observed = canary::Outcome {
             entry: String::new(),

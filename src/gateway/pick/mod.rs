@@ -4,6 +4,7 @@
 pub mod guard;
 pub mod least_queue;
 pub mod policy;
+pub mod predict;
 pub mod prefix;
 pub mod replica;
 pub mod round_robin;
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::gateway::config::{GatewayConfig, PolicyKind};
 pub use guard::InFlightGuard;
-pub use policy::{PickContext, Policy};
+pub use policy::{PickContext, Policy, RequestShape};
 pub use prefix::{PrefixRouter, PromptKey, PromptPick};
 pub use replica::{Replica, ReportedLoad};
 pub use set::{ReplicaSet, Source};
@@ -100,16 +101,18 @@ impl Picker {
         exclude: Option<&str>,
         limit: u64,
     ) -> Option<Arc<Replica>> {
-        self.pick_prompt_in(policy, pool, exclude, limit, None)
+        self.pick_request_in(policy, pool, exclude, limit, &RequestShape::default(), None)
     }
 
-    /// [`Self::pick_in`] for a request whose prompt a prompt-reading policy may use.
-    pub fn pick_prompt_in(
+    /// As [`Self::pick_in`], telling the policy the request's size and SLO, and its prompt
+    /// when the policy places by prompt.
+    pub fn pick_request_in(
         &self,
         policy: &dyn Policy,
         pool: Option<&[String]>,
         exclude: Option<&str>,
         limit: u64,
+        request: &RequestShape,
         prompt: Option<&PromptPick<'_>>,
     ) -> Option<Arc<Replica>> {
         let all = self.snapshot();
@@ -138,7 +141,7 @@ impl Picker {
         };
         let index = match prompt {
             Some(prompt) => policy.pick_prompt(replicas, &context, prompt)?,
-            None => policy.pick(replicas, &context)?,
+            None => policy.pick_for(replicas, &context, request)?,
         };
         Some(replicas[index].clone())
     }
@@ -150,6 +153,7 @@ pub fn new_policy(kind: PolicyKind) -> Box<dyn Policy> {
         PolicyKind::LeastQueue => Box::new(least_queue::LeastQueue),
         PolicyKind::RoundRobin => Box::new(round_robin::RoundRobin::default()),
         PolicyKind::PrefixAware => Box::new(prefix::policy::PrefixAware),
+        PolicyKind::PredictedLatency => Box::new(predict::PredictedLatency::new(rand::random())),
     }
 }
 

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use super::prefix::PromptPick;
 use super::replica::Replica;
+use crate::gateway::config::EntrySlo;
 
 /// What a policy may look at besides the replicas.
 #[derive(Debug, Clone, Copy)]
@@ -16,6 +17,15 @@ pub struct PickContext {
     pub fresh_for: std::time::Duration,
     /// A replica not to pick (the one a retry is moving away from).
     pub exclude: Option<usize>,
+}
+
+/// What a policy may know of the request itself: its size and the latency it must meet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestShape {
+    /// Estimated prompt tokens.
+    pub prompt_tokens: u64,
+    /// The entry's SLO, tightened by the request's `x-laneway-slo-*` headers.
+    pub slo: EntrySlo,
 }
 
 /// Chooses one replica among candidates. Implementations must not block or lock: they run
@@ -38,6 +48,17 @@ pub trait Policy: Send + Sync {
         replicas: &[Arc<Replica>],
         context: &PickContext,
         _prompt: &PromptPick<'_>,
+    ) -> Option<usize> {
+        self.pick(replicas, context)
+    }
+
+    /// As [`Policy::pick`], for a request of known shape; policies blind to requests keep
+    /// this default.
+    fn pick_for(
+        &self,
+        replicas: &[Arc<Replica>],
+        context: &PickContext,
+        _request: &RequestShape,
     ) -> Option<usize> {
         self.pick(replicas, context)
     }

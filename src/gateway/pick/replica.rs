@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use rustls_pki_types::ServerName;
 
+use super::predict::LatencyEstimate;
 use crate::gateway::config::{Placement, ReplicaConfig};
 use crate::gateway::health::ReplicaHealth;
 use crate::gateway::upstream_tls;
@@ -24,6 +25,9 @@ pub struct Replica {
     /// For an `https://` replica, the name its certificate must carry; `None` for `http://`.
     pub server_name: Option<ServerName<'static>>,
     pub load: ReplicaLoad,
+    /// Prefill and decode speed learned from this gateway's streams (predicted-latency
+    /// placement).
+    pub latency: LatencyEstimate,
     /// Set by an operator (admin API): no new requests, those in flight finish.
     pub draining: AtomicBool,
     /// Active checks and passive ejection; never touches `load`.
@@ -42,6 +46,7 @@ impl Replica {
             // Validation refused https URLs whose host is no server name.
             server_name: config.tls.then(|| upstream_tls::server_name(&config.authority)).flatten(),
             load: ReplicaLoad::default(),
+            latency: LatencyEstimate::default(),
             draining: AtomicBool::new(false),
             health: ReplicaHealth::default(),
             served_models: ArcSwap::from_pointee(Vec::new()),

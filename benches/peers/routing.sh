@@ -1,0 +1,187 @@
+# Parts `degraded`, `hetero` and `sweep` of benches/peers.sh (sourced by it): balancing on
+# fleets where counting requests is not enough. Every peer in its best configuration:
+# HAProxy leastconn + httpclose + http-no-delay and round-robin keep-alive + no-delay,
+# sglang-router and vllm-router power_of_two, laneway least_queue and predicted_latency.
+#
+# degraded: four h20-tp8 replicas, one slowed 3x, a 70% 1000/300 + 30% 9000/600 Poisson
+#           open loop at two loads (ROUTING_RATES, req/s wall clock).
+# hetero:   two h20-tp8 and two h20-tp4 replicas, the same mix (ROUTING_HETERO_RATE).
+# sweep:    two h20-tp8 replicas, c128_r256_t64 and c256_r512_t64.
+#
+# The fleet runs at ROUTING_SPEED (2); goodput counts requests with TTFT <= 1 s and
+# TPOT <= 50 ms in simulated time, i.e. 500 ms and 25 ms on the wall clock at speed 2,
+# and laneway's entries are given that SLO.
+
+ROUTING_SPEED="${ROUTING_SPEED:-2}"
+ROUTING_RATES="${ROUTING_RATES:-4 6}"
+ROUTING_HETERO_RATE="${ROUTING_HETERO_RATE:-4}"
+ROUTING_REQUESTS="${ROUTING_REQUESTS:-180}"
+ROUTING_MIX="1000/300:7+9000/600:3"
+# Every target is sent the same prompts (same seed), one after another on one fleet: with
+# prefix caching on, a target would find the prompts the previous targets left in cache on
+# whichever replica it picks, and the first target of each round none. Off by default so
+# that placement, not cache luck, is measured.
+ROUTING_SIM_FLAGS="${ROUTING_SIM_FLAGS---no-enable-prefix-caching}"
+
+# routing_slo_ms SIM_MS: the wall-clock milliseconds of SIM_MS simulated ones.
+routing_slo_ms() { python3 -c "print(max(1, round($1 / $ROUTING_SPEED)))"; }
+
+# start_fleet_of PROFILE...: one `laneway sim` (4 API workers) per profile; FLEET holds
+# their URLs in order.
+FLEET=()
+start_fleet_of() {
+    local index=0 profile url
+    FLEET=()
+    for profile in "$@"; do
+        "${PIN_FLEET[@]}" "$LANEWAY" sim --port 0 --profile "$profile" --api-workers 4 \
+            --speed "$ROUTING_SPEED" --id "r$index" --seed "$((index + 1))" $ROUTING_SIM_FLAGS \
+            >"$WORK/sim-r$index.out" 2>"$WORK/sim-r$index.err" &
+        PIDS+=($!)
+        url="$(listening_url "$WORK/sim-r$index.out")"
+        FLEET+=("$url")
+        index=$((index + 1))
+    done
+    log "fleet ($*, speed $ROUTING_SPEED): ${FLEET[*]}"
+}
+
+# slow_replica URL FACTOR: every engine step of that replica takes FACTOR times longer.
+slow_replica() {
+    curl -sf -X POST "$1/sim/fault" -H 'content-type: application/json' \
+        -d "{\"mode\":\"slow\",\"factor\":$2}" >/dev/null
+}
+
+# start_laneway_fleet NAME POLICY: laneway in front of FLEET with the bench SLO.
+start_laneway_fleet() {
+    local name="$1" policy="$2" port admin config index=0 url ttft tpot
+    port="$(free_port)"
+    admin="$(free_port)"
+    config="$WORK/$name.toml"
+    ttft="$(routing_slo_ms 1000)"
+    tpot="$(routing_slo_ms 50)"
+    {
+        echo "listen = \"127.0.0.1:$port\""
+        echo "admin_listen = \"127.0.0.1:$admin\""
+        echo "policy = \"$policy\""
+        echo "[entries.short]"
+        echo "strategy = \"force_close\""
+        echo "slo = { ttft_ms = $ttft, tpot_ms = $tpot }"
+        echo "[entries.long]"
+        echo "strategy = \"keep_alive\""
+        echo "slo = { ttft_ms = $ttft, tpot_ms = $tpot }"
+        for url in "${FLEET[@]}"; do
+            echo "[[replicas]]"
+            echo "name = \"r$index\""
+            echo "url = \"$url\""
+            index=$((index + 1))
+        done
+    } >"$config"
+    "${PIN_PROXY[@]}" "$LANEWAY" serve --config "$config" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+    PIDS+=($!)
+    if wait_http "http://127.0.0.1:$admin/health" 30; then
+        TARGETS+=("$name=http://127.0.0.1:$port")
+        TARGET_PIDS[$name]="${PIDS[-1]}"
+    else
+        log "$name did not start"; tail -n 5 "$WORK/$name.err" >&2 || true
+    fi
+}
+
+# start_haproxy_fleet NAME BALANCE close|keepalive: HAProxy (http-no-delay) in front of FLEET.
+start_haproxy_fleet() {
+    local name="$1" balance="$2" connection="$3" port config servers="" index=0 url
+    port="$(free_port)"
+    config="$WORK/$name.cfg"
+    for url in "${FLEET[@]}"; do
+        servers+="    server r$index ${url#http://}"$'\n'
+        index=$((index + 1))
+    done
+    local connection_line="option http-keep-alive"
+    [[ "$connection" == close ]] && connection_line="option httpclose"
+    awk -v port="$port" -v balance="$balance" -v conn="$connection_line" \
+        -v nodelay="option http-no-delay" -v servers="${servers%$'\n'}" '
+        { gsub("@PORT@", port); gsub("@BALANCE@", balance); gsub("@CONNECTION@", conn);
+          gsub("@NODELAY@", nodelay); if ($0 == "@SERVERS@") { print servers; next } print }' \
+        "$PEERS_DIR/haproxy.cfg" >"$config"
+    "${PIN_PROXY[@]}" haproxy -f "$config" -db >"$WORK/$name.out" 2>&1 &
+    PIDS+=($!)
+    if wait_http "http://127.0.0.1:$port/health" 10; then
+        TARGETS+=("$name=http://127.0.0.1:$port")
+        TARGET_PIDS[$name]="${PIDS[-1]}"
+    else
+        log "$name did not start"; tail -n 5 "$WORK/$name.out" >&2 || true
+    fi
+}
+
+# start_router_fleet sglang|vllm POLICY: the router in front of FLEET.
+start_router_fleet() {
+    local kind="$1" policy="$2" port metrics name command
+    port="$(free_port)"
+    metrics="$(free_port)"
+    name="$kind-${policy//_/-}"
+    if [[ "$kind" == sglang ]]; then
+        command=("$VENV/bin/python" -m sglang_router.launch_router)
+    else
+        command=("$VENV/bin/vllm-router")
+    fi
+    "${PIN_PROXY[@]}" "${command[@]}" --worker-urls "${FLEET[@]}" --policy "$policy" \
+        --host 127.0.0.1 --port "$port" --prometheus-port "$metrics" \
+        --worker-startup-check-interval 1 --disable-retries >"$WORK/$name.out" 2>&1 &
+    PIDS+=($!)
+    if wait_http "http://127.0.0.1:$port/health" 60; then
+        TARGETS+=("$name=http://127.0.0.1:$port")
+        TARGET_PIDS[$name]="${PIDS[-1]}"
+    else
+        log "$name did not start"; tail -n 5 "$WORK/$name.out" >&2 || true
+    fi
+}
+
+start_routing_peers() {
+    TARGETS=()
+    start_laneway_fleet laneway-predicted predicted_latency
+    start_laneway_fleet laneway-least-queue least_queue
+    start_haproxy_fleet haproxy-lc-close-nd leastconn close
+    start_haproxy_fleet haproxy-rr-nd roundrobin keepalive
+    start_router_fleet sglang power_of_two
+    start_router_fleet vllm power_of_two
+    log "targets: ${TARGETS[*]}"
+}
+
+# routing_mix CASE RATE: the mixed open loop, three interleaved rounds, goodput per target
+# and its spread over the rounds.
+routing_mix() {
+    local case_name="$1" rate="$2" ttft tpot
+    ttft="$(routing_slo_ms 1000)"
+    tpot="$(routing_slo_ms 50)"
+    bench "$case_name" --workload "$ROUTING_MIX" --rate "$rate" --requests "$ROUTING_REQUESTS" \
+        --rounds 3 --seed 12 --goodput "ttft:$ttft" "tpot:$tpot" >/dev/null
+    python3 "$PEERS_DIR/goodput_share.py" "$OUT/$case_name.json.xz" "$ttft" "$tpot" \
+        | tee -a "$OUT/results.md"
+}
+
+part_degraded() {
+    start_fleet_of h20-tp8 h20-tp8 h20-tp8 h20-tp8
+    slow_replica "${FLEET[0]}" 3
+    start_routing_peers
+    echo -e "## Degraded: 4 x h20-tp8, r0 slowed 3x, mixed open loop (speed x$ROUTING_SPEED)\n" >>"$OUT/results.md"
+    local rate
+    for rate in $ROUTING_RATES; do
+        routing_mix "degraded-r$rate" "$rate"
+    done
+    cleanup
+}
+
+part_hetero() {
+    start_fleet_of h20-tp8 h20-tp8 h20-tp4 h20-tp4
+    start_routing_peers
+    echo -e "## Heterogeneous: 2 x h20-tp8 + 2 x h20-tp4, mixed open loop (speed x$ROUTING_SPEED)\n" >>"$OUT/results.md"
+    routing_mix "hetero-r$ROUTING_HETERO_RATE" "$ROUTING_HETERO_RATE"
+    cleanup
+}
+
+part_sweep() {
+    start_fleet_of h20-tp8 h20-tp8
+    start_routing_peers
+    echo -e "## Sweep: 2 x h20-tp8 (speed x$ROUTING_SPEED)\n" >>"$OUT/results.md"
+    bench sweep-c128_r256_t64 --workload c128_r256_t64 --rounds 3 >/dev/null
+    bench sweep-c256_r512_t64 --workload c256_r512_t64 --rounds 3 >/dev/null
+    cleanup
+}

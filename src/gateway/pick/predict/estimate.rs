@@ -1,0 +1,217 @@
+//! One replica's latency, learned online from the streams this gateway relays to it:
+//! - prefill: TTFT against the prompt tokens it has to get through first (those still
+//!   waiting for their first token when the request was placed, plus its own), so that
+//!   queueing behind other prompts is part of the model rather than noise in it;
+//! - decode: TPOT against the requests in flight on the replica when the stream started.
+//!
+//! Picks read the published coefficients (atomics); only the end of a stream's prefill or
+//! decode takes the replica's short update lock, never a pick.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::fit::DecayedLine;
+use crate::gateway::pick::replica::Replica;
+
+/// What a new replica is assumed to do before it has served anything: 50 ms plus 10 us a
+/// prompt token to the first token, 15 ms plus 0.5 ms per stream in flight per token.
+const PREFILL_PRIOR: (f64, f64) = (0.05, 1e-5);
+const PREFILL_PRIOR_SPAN: (f64, f64) = (0.0, 16_384.0);
+const DECODE_PRIOR: (f64, f64) = (0.015, 5e-4);
+const DECODE_PRIOR_SPAN: (f64, f64) = (1.0, 32.0);
+/// The prior weighs as much as this many samples at each end of its span: a few percent of
+/// the data once there are any, enough to fix a slope the data cannot.
+const PRIOR_WEIGHT: f64 = 0.05;
+
+/// A prediction for one request on one replica, in seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Predicted {
+    pub ttft: f64,
+    pub tpot: f64,
+}
+
+/// One replica's learned latency model and the prompt tokens it still owes a first token.
+#[derive(Debug)]
+pub struct LatencyEstimate {
+    /// Prompt tokens of requests placed on the replica that have not had their first token.
+    pending_prefill_tokens: AtomicU64,
+    /// Requests ever placed on the replica: exploration goes to the least placed.
+    placements: AtomicU64,
+    /// Published `(intercept, slope)` of each model, as `f64` bits.
+    prefill_published: [AtomicU64; 2],
+    decode_published: [AtomicU64; 2],
+    models: Mutex<Models>,
+}
+
+#[derive(Debug)]
+struct Models {
+    prefill: DecayedLine,
+    decode: DecayedLine,
+}
+
+impl Default for LatencyEstimate {
+    fn default() -> Self {
+        let models = Models {
+            prefill: DecayedLine::new(
+                PREFILL_PRIOR.0,
+                PREFILL_PRIOR.1,
+                PREFILL_PRIOR_SPAN,
+                PRIOR_WEIGHT,
+            ),
+            decode: DecayedLine::new(
+                DECODE_PRIOR.0,
+                DECODE_PRIOR.1,
+                DECODE_PRIOR_SPAN,
+                PRIOR_WEIGHT,
+            ),
+        };
+        let publish = |line: &DecayedLine| {
+            let (a, b) = line.coefficients();
+            [AtomicU64::new(a.to_bits()), AtomicU64::new(b.to_bits())]
+        };
+        Self {
+            pending_prefill_tokens: AtomicU64::new(0),
+            placements: AtomicU64::new(0),
+            prefill_published: publish(&models.prefill),
+            decode_published: publish(&models.decode),
+            models: Mutex::new(models),
+        }
+    }
+}
+
+fn read(pair: &[AtomicU64; 2]) -> (f64, f64) {
+    (
+        f64::from_bits(pair[0].load(Ordering::Relaxed)),
+        f64::from_bits(pair[1].load(Ordering::Relaxed)),
+    )
+}
+
+fn publish(pair: &[AtomicU64; 2], line: &DecayedLine) {
+    let (a, b) = line.coefficients();
+    pair[0].store(a.to_bits(), Ordering::Relaxed);
+    pair[1].store(b.to_bits(), Ordering::Relaxed);
+}
+
+impl LatencyEstimate {
+    pub fn pending_prefill_tokens(&self) -> u64 {
+        self.pending_prefill_tokens.load(Ordering::Relaxed)
+    }
+
+    pub fn placements(&self) -> u64 {
+        self.placements.load(Ordering::Relaxed)
+    }
+
+    /// TTFT for `prompt_tokens` placed behind `queued_ahead` prompt tokens, and TPOT with
+    /// `in_flight` streams (this one included) on the replica.
+    pub fn predict(&self, queued_ahead: u64, prompt_tokens: u64, in_flight: u64) -> Predicted {
+        let (a, b) = read(&self.prefill_published);
+        let (c, d) = read(&self.decode_published);
+        Predicted {
+            ttft: a + b * (queued_ahead + prompt_tokens) as f64,
+            tpot: c + d * in_flight as f64,
+        }
+    }
+
+    /// A request's first token came `ttft` after it was placed behind `tokens` prompt
+    /// tokens (its own included).
+    pub fn observe_prefill(&self, tokens: u64, ttft: Duration) {
+        let mut models = self.models.lock();
+        models.prefill.observe(tokens as f64, ttft.as_secs_f64());
+        publish(&self.prefill_published, &models.prefill);
+    }
+
+    /// A stream started with `in_flight` streams on the replica decoded at `tpot`.
+    pub fn observe_decode(&self, in_flight: u64, tpot: Duration) {
+        let mut models = self.models.lock();
+        models.decode.observe(in_flight as f64, tpot.as_secs_f64());
+        publish(&self.decode_published, &models.decode);
+    }
+
+    /// Samples each model has had: `(prefill, decode)`.
+    pub fn samples(&self) -> (u64, u64) {
+        let models = self.models.lock();
+        (models.prefill.samples(), models.decode.samples())
+    }
+}
+
+/// One request's place on a replica, from the pick to the end of its stream: owes its
+/// prompt tokens to the replica's pending prefill until its first token, then feeds what
+/// it measured back into the replica's estimate.
+#[derive(Debug)]
+pub struct Placement {
+    replica: Arc<Replica>,
+    prompt_tokens: u64,
+    queued_ahead: u64,
+    predicted_ttft: f64,
+    placed_at: Instant,
+    prefill_open: bool,
+    /// Streams in flight on the replica when this one's first token came.
+    decoding_with: Option<u64>,
+}
+
+impl Placement {
+    /// Places a request of `prompt_tokens` on `replica` at `now`.
+    pub fn begin(replica: Arc<Replica>, prompt_tokens: u64, now: Instant) -> Self {
+        let estimate = &replica.latency;
+        estimate.placements.fetch_add(1, Ordering::Relaxed);
+        let queued_ahead =
+            estimate.pending_prefill_tokens.fetch_add(prompt_tokens, Ordering::Relaxed);
+        let in_flight = replica.load.in_flight().max(1);
+        let predicted_ttft = estimate.predict(queued_ahead, prompt_tokens, in_flight).ttft;
+        Self {
+            replica,
+            prompt_tokens,
+            queued_ahead,
+            predicted_ttft,
+            placed_at: now,
+            prefill_open: true,
+            decoding_with: None,
+        }
+    }
+
+    pub fn replica(&self) -> &Arc<Replica> {
+        &self.replica
+    }
+
+    /// The first token came at `now`: the prefill model learns, and the prediction's
+    /// error `|predicted - measured| / measured` is returned (once).
+    pub fn first_token(&mut self, now: Instant) -> Option<f64> {
+        if !self.close_prefill() {
+            return None;
+        }
+        let ttft = now.saturating_duration_since(self.placed_at);
+        self.decoding_with = Some(self.replica.load.in_flight().max(1));
+        self.replica.latency.observe_prefill(self.queued_ahead + self.prompt_tokens, ttft);
+        let measured = ttft.as_secs_f64();
+        (measured > 0.0).then(|| (self.predicted_ttft - measured).abs() / measured)
+    }
+
+    /// The stream ended complete with `tpot`: the decode model learns.
+    pub fn finished(&mut self, tpot: Duration) {
+        if let Some(in_flight) = self.decoding_with.take() {
+            self.replica.latency.observe_decode(in_flight, tpot);
+        }
+    }
+
+    /// Gives back the pending prompt tokens; whether they were still owed.
+    fn close_prefill(&mut self) -> bool {
+        if !std::mem::replace(&mut self.prefill_open, false) {
+            return false;
+        }
+        let pending = &self.replica.latency.pending_prefill_tokens;
+        // Never below zero, even if counts were ever out of step.
+        let _ = pending.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            Some(n.saturating_sub(self.prompt_tokens))
+        });
+        true
+    }
+}
+
+impl Drop for Placement {
+    fn drop(&mut self) {
+        self.close_prefill();
+    }
+}
