@@ -18,8 +18,7 @@
 
 use std::sync::Arc;
 
-use rand::Rng;
-
+use super::draw::Draws;
 use super::policy::{PickContext, Policy, candidate_count, nth_candidate};
 use super::replica::Replica;
 
@@ -30,8 +29,17 @@ pub const KV_CACHE_WEIGHT: f64 = 4.0;
 /// Weight of each recent failure.
 pub const FAILURE_WEIGHT: f64 = 100.0;
 
-#[derive(Debug, Default)]
-pub struct LeastQueue;
+#[derive(Debug)]
+pub struct LeastQueue {
+    draws: Draws,
+}
+
+impl LeastQueue {
+    /// Picks drawn from `seed` (the gateway seeds it at random; tests replay a seed).
+    pub fn new(seed: u64) -> Self {
+        Self { draws: Draws::new(seed) }
+    }
+}
 
 /// The documented score of one replica.
 pub fn score(replica: &Replica, context: &PickContext) -> f64 {
@@ -61,13 +69,7 @@ impl Policy for LeastQueue {
             0 => None,
             1 => Some(nth_candidate(0, context)),
             _ => {
-                let mut rng = rand::rng();
-                let first = rng.random_range(0..count);
-                // A second draw from the other count-1 candidates: two distinct choices.
-                let mut second = rng.random_range(0..count - 1);
-                if second >= first {
-                    second += 1;
-                }
+                let (first, second) = self.draws.two_of(count);
                 let (a, b) = (nth_candidate(first, context), nth_candidate(second, context));
                 Some(if score(&replicas[b], context) < score(&replicas[a], context) {
                     b
@@ -115,8 +117,9 @@ mod tests {
         let set = replicas(2);
         set[0].load.in_flight.store(3, Ordering::Relaxed);
         let context = context(Instant::now());
+        let policy = LeastQueue::new(3);
         for _ in 0..100 {
-            assert_eq!(LeastQueue.pick(&set, &context), Some(1));
+            assert_eq!(policy.pick(&set, &context), Some(1));
         }
     }
 
@@ -139,8 +142,9 @@ mod tests {
         let set = replicas(4);
         let context = PickContext { exclude: Some(2), ..context(Instant::now()) };
         let mut hits = [0u32; 4];
+        let policy = LeastQueue::new(3);
         for _ in 0..400 {
-            hits[LeastQueue.pick(&set, &context).unwrap()] += 1;
+            hits[policy.pick(&set, &context).unwrap()] += 1;
         }
         assert_eq!(hits[2], 0);
         assert!(hits.iter().enumerate().all(|(i, &h)| i == 2 || h > 0), "{hits:?}");

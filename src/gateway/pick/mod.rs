@@ -1,6 +1,7 @@
 //! Phase 2, pick: chooses the replica for a request from a lock-free snapshot of the
 //! replica set (behind `ArcSwap`) and per-replica atomic load figures.
 
+mod draw;
 pub mod guard;
 pub mod least_queue;
 pub mod policy;
@@ -150,9 +151,9 @@ impl Picker {
 /// A fresh instance of a policy (each keeps its own state, e.g. round robin's turn).
 pub fn new_policy(kind: PolicyKind) -> Box<dyn Policy> {
     match kind {
-        PolicyKind::LeastQueue => Box::new(least_queue::LeastQueue),
+        PolicyKind::LeastQueue => Box::new(least_queue::LeastQueue::new(rand::random())),
         PolicyKind::RoundRobin => Box::new(round_robin::RoundRobin::default()),
-        PolicyKind::PrefixAware => Box::new(prefix::policy::PrefixAware),
+        PolicyKind::PrefixAware => Box::new(prefix::policy::PrefixAware::new(rand::random())),
         PolicyKind::PredictedLatency => Box::new(predict::PredictedLatency::new(rand::random())),
     }
 }

@@ -17,8 +17,8 @@
 //! them.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::gateway::pick::draw::Draws;
 use crate::gateway::pick::policy::{
     PickContext, Policy, RequestShape, candidate_count, nth_candidate,
 };
@@ -30,13 +30,13 @@ pub const EXPLORE_RATIO: f64 = 1.0 / 32.0;
 /// The policy; its generator is the only state.
 #[derive(Debug)]
 pub struct PredictedLatency {
-    rng: SplitMix,
+    rng: Draws,
     explore_ratio: f64,
 }
 
 impl PredictedLatency {
     pub fn new(seed: u64) -> Self {
-        Self { rng: SplitMix(AtomicU64::new(seed)), explore_ratio: EXPLORE_RATIO }
+        Self { rng: Draws::new(seed), explore_ratio: EXPLORE_RATIO }
     }
 
     /// The same policy exploring `ratio` of its picks (tests: 0 for pure predictions).
@@ -83,40 +83,9 @@ impl Policy for PredictedLatency {
                 .min_by_key(|&n| replicas[nth_candidate(n, context)].latency.placements());
             return least_placed.map(|n| nth_candidate(n, context));
         }
-        let first = self.rng.below(count);
-        // A second draw from the other count-1 candidates: two distinct choices.
-        let mut second = self.rng.below(count - 1);
-        if second >= first {
-            second += 1;
-        }
+        let (first, second) = self.rng.two_of(count);
         let (a, b) = (nth_candidate(first, context), nth_candidate(second, context));
         let better = headroom(&replicas[b], request) > headroom(&replicas[a], request);
         Some(if better { b } else { a })
-    }
-}
-
-/// SplitMix64 over an atomic: lock-free, and the same sequence for the same seed.
-#[derive(Debug)]
-struct SplitMix(AtomicU64);
-
-impl SplitMix {
-    fn next(&self) -> u64 {
-        let mut z = self
-            .0
-            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
-            .wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)`.
-    fn unit(&self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Uniform in `0..n` (`n` > 0).
-    fn below(&self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
     }
 }

@@ -11,11 +11,10 @@
 
 use std::sync::Arc;
 
-use rand::Rng;
-
 use super::affinity::session_replica;
 use super::ttft::{QueueTtft, TtftEstimate};
 use super::{PromptKey, PromptPick};
+use crate::gateway::pick::draw::Draws;
 use crate::gateway::pick::least_queue::LeastQueue;
 use crate::gateway::pick::policy::{PickContext, Policy};
 use crate::gateway::pick::replica::Replica;
@@ -23,8 +22,20 @@ use crate::gateway::pick::replica::Replica;
 /// Estimates closer than this (in microseconds) are taken as equal.
 const TIE_US: f64 = 1.0;
 
-#[derive(Debug, Default)]
-pub struct PrefixAware;
+#[derive(Debug)]
+pub struct PrefixAware {
+    /// For requests whose prompt the gateway does not read.
+    by_load: LeastQueue,
+    /// Breaks ties between equally fast candidates.
+    ties: Draws,
+}
+
+impl PrefixAware {
+    /// Draws (ties, and `least_queue` without a prompt) from `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self { by_load: LeastQueue::new(seed), ties: Draws::new(!seed) }
+    }
+}
 
 impl Policy for PrefixAware {
     fn name(&self) -> &'static str {
@@ -33,7 +44,7 @@ impl Policy for PrefixAware {
 
     /// Without a prompt (a path the gateway does not interpret): `least_queue`.
     fn pick(&self, replicas: &[Arc<Replica>], context: &PickContext) -> Option<usize> {
-        LeastQueue.pick(replicas, context)
+        self.by_load.pick(replicas, context)
     }
 
     fn reads_prompts(&self) -> bool {
@@ -61,7 +72,8 @@ impl Policy for PrefixAware {
             prefill_us_per_token: prompt.config.prefill_us_per_token,
             request_us: prompt.config.request_us,
         };
-        fastest(replicas, &candidates, &matched, prompt.key, &estimate, context)
+        let chosen = Choice { key: prompt.key, estimate: &estimate, ties: &self.ties };
+        fastest(replicas, &candidates, &matched, &chosen, context)
     }
 }
 
@@ -71,10 +83,10 @@ pub fn fastest(
     replicas: &[Arc<Replica>],
     candidates: &[usize],
     matched: &[usize],
-    key: &PromptKey,
-    estimate: &dyn TtftEstimate,
+    choice: &Choice<'_>,
     context: &PickContext,
 ) -> Option<usize> {
+    let (key, estimate) = (choice.key, choice.estimate);
     let scored: Vec<(f64, usize, usize)> = candidates
         .iter()
         .zip(matched)
@@ -87,5 +99,12 @@ pub fn fastest(
     let fastest = scored.iter().filter(|s| s.0 <= best + TIE_US);
     let longest = fastest.clone().map(|s| s.1).max()?;
     let ties: Vec<usize> = fastest.filter(|s| s.1 == longest).map(|s| s.2).collect();
-    Some(ties[rand::rng().random_range(0..ties.len())])
+    Some(ties[choice.ties.below(ties.len())])
+}
+
+/// What [`fastest`] weighs a request by: its prompt, the TTFT estimate and the tie-breaker.
+pub struct Choice<'a> {
+    pub key: &'a PromptKey,
+    pub estimate: &'a dyn TtftEstimate,
+    pub ties: &'a Draws,
 }

@@ -141,7 +141,7 @@ fn place_hot_prompt(count: usize, complete: bool) -> Vec<usize> {
     for n in 0..count {
         let key = key(1, 2000, n as u64 % 3, 16, &HeaderMap::new());
         let prompt = PromptPick { key: &key, router: &router, config: &config };
-        let chosen = PrefixAware.pick_prompt(&set, &context(), &prompt).unwrap();
+        let chosen = PrefixAware::new(5).pick_prompt(&set, &context(), &prompt).unwrap();
         per_replica[chosen] += 1;
         let mut feedback = router.place(&set[chosen], &key);
         if complete {
@@ -180,11 +180,11 @@ fn a_cached_replica_loses_the_request_once_its_queue_outweighs_the_saved_prefill
     // The hit saves 125 blocks (2000 tokens) of prefill at 75 us: 150 ms.
     set[0].load.prefill_owed_tokens.store(1900, Ordering::Relaxed);
     for _ in 0..20 {
-        assert_eq!(PrefixAware.pick_prompt(&set, &context(), &prompt), Some(0));
+        assert_eq!(PrefixAware::new(5).pick_prompt(&set, &context(), &prompt), Some(0));
     }
     set[0].load.prefill_owed_tokens.store(2100, Ordering::Relaxed);
     for _ in 0..20 {
-        assert_eq!(PrefixAware.pick_prompt(&set, &context(), &prompt), Some(1));
+        assert_eq!(PrefixAware::new(5).pick_prompt(&set, &context(), &prompt), Some(1));
     }
 }
 
