@@ -69,7 +69,7 @@ pub async fn forward(
     let (mut guard, permit) =
         admission.admit_as(&pick, request.prompt_tokens, &request.flow).await?;
     let mut replica = guard.replica().clone();
-    let mut placed = key.as_ref().map(|key| prefix.place(&replica, key));
+    let mut prefix_feedback = key.as_ref().map(|key| prefix.place(&replica, key));
     let mut placement = Placement::begin(replica.clone(), request.prompt_tokens, Instant::now());
     state.shared.retry_budget.deposit();
     let reliability = &state.config.reliability;
@@ -96,7 +96,7 @@ pub async fn forward(
                         (guard, placement),
                         upstream,
                         permit,
-                        placed,
+                        prefix_feedback,
                     ));
                 }
                 Retryable::Unavailable(guard, upstream)
@@ -129,7 +129,7 @@ pub async fn forward(
                     state.metrics.record_error(request.entry.as_str(), error.kind_label());
                 }
                 replica = next.replica().clone();
-                placed = key.as_ref().map(|key| prefix.place(&replica, key));
+                prefix_feedback = key.as_ref().map(|key| prefix.place(&replica, key));
                 placement =
                     Placement::begin(replica.clone(), request.prompt_tokens, Instant::now());
                 guard = next;
@@ -137,9 +137,14 @@ pub async fn forward(
             }
             None => {
                 return match retryable {
-                    Retryable::Unavailable(guard, upstream) => {
-                        Ok(finish(state, &request, (guard, placement), upstream, permit, placed))
-                    }
+                    Retryable::Unavailable(guard, upstream) => Ok(finish(
+                        state,
+                        &request,
+                        (guard, placement),
+                        upstream,
+                        permit,
+                        prefix_feedback,
+                    )),
                     Retryable::Refused(error) => Err(error),
                 };
             }
@@ -196,7 +201,7 @@ fn finish(
 }
 
 /// The prompt's block hashes and session, when the variant's policy places by prompt and
-/// the body parses (a body that does not is the replica's to refuse; it is placed by load).
+/// the body parses (a body that does not is the replica's to refuse; it is prefix_feedback by load).
 fn prompt_key(state: &GatewayState, request: &Forwarding<'_>) -> Option<PromptKey> {
     if !request.variant.reads_prompts(&state.picker) {
         return None;
