@@ -201,7 +201,7 @@ fn finish(
 }
 
 /// The prompt's block hashes and session, when the variant's policy places by prompt and
-/// the body parses (a body that does not is the replica's to refuse; it is prefix_feedback by load).
+/// the body parses (a body that does not is the replica's to refuse; it is placed by load).
 fn prompt_key(state: &GatewayState, request: &Forwarding<'_>) -> Option<PromptKey> {
     if !request.variant.reads_prompts(&state.picker) {
         return None;
