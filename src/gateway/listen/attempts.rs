@@ -20,7 +20,7 @@ use crate::gateway::body::{ProxyBody, boxed, full};
 use crate::gateway::entry::Entry;
 use crate::gateway::error::GatewayError;
 use crate::gateway::health::FailureReason;
-use crate::gateway::pick::predict::Placement;
+use crate::gateway::pick::predict::LatencyProbe;
 use crate::gateway::pick::prefix::PrefixFeedback;
 use crate::gateway::pick::{InFlightGuard, PromptKey, PromptPick, Replica, RequestShape};
 use crate::gateway::quota::QuotaTicket;
@@ -70,7 +70,7 @@ pub async fn forward(
         admission.admit_as(&pick, request.prompt_tokens, &request.flow).await?;
     let mut replica = guard.replica().clone();
     let mut prefix_feedback = key.as_ref().map(|key| prefix.place(&replica, key));
-    let mut placement = Placement::begin(replica.clone(), request.prompt_tokens, Instant::now());
+    let mut placement = LatencyProbe::begin(replica.clone(), request.prompt_tokens, Instant::now());
     state.shared.retry_budget.deposit();
     let reliability = &state.config.reliability;
     let connector = &request.variant.connector;
@@ -131,7 +131,7 @@ pub async fn forward(
                 replica = next.replica().clone();
                 prefix_feedback = key.as_ref().map(|key| prefix.place(&replica, key));
                 placement =
-                    Placement::begin(replica.clone(), request.prompt_tokens, Instant::now());
+                    LatencyProbe::begin(replica.clone(), request.prompt_tokens, Instant::now());
                 guard = next;
                 attempt += 1;
             }
@@ -180,7 +180,7 @@ fn next_replica(
 fn finish(
     state: &Arc<GatewayState>,
     request: &Forwarding<'_>,
-    (guard, placement): (InFlightGuard, Placement),
+    (guard, placement): (InFlightGuard, LatencyProbe),
     upstream: Response<Incoming>,
     permit: AdmissionPermit,
     prefix: Option<PrefixFeedback>,

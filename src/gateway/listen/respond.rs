@@ -16,7 +16,7 @@ use crate::gateway::observe::{
     BodyKind, ObservedBody, Recorder, RequestLabels, StreamWatchdog, status_class,
 };
 use crate::gateway::pick::InFlightGuard;
-use crate::gateway::pick::predict::Placement;
+use crate::gateway::pick::predict::LatencyProbe;
 use crate::gateway::pick::prefix::PrefixFeedback;
 use crate::gateway::quota::QuotaTicket;
 use crate::gateway::state::GatewayState;
@@ -62,7 +62,7 @@ pub struct Proxied {
     pub quota: Option<QuotaTicket>,
     /// Where an inference request was placed, so that its stream teaches the replica's
     /// latency estimate.
-    pub placement: Option<Placement>,
+    pub placement: Option<LatencyProbe>,
 }
 
 /// Builds the client's response around the replica's, streaming and observed.

@@ -13,7 +13,7 @@ use crate::canary::{self, CanaryRecorder, Slo};
 use crate::gateway::access_log::{self, AccessContext, AccessRecord};
 use crate::gateway::entry::{Entry, Strategy};
 use crate::gateway::pick::Replica;
-use crate::gateway::pick::predict::Placement;
+use crate::gateway::pick::predict::LatencyProbe;
 use crate::gateway::pick::prefix::PrefixFeedback;
 use crate::gateway::quota::QuotaTicket;
 use crate::openai::sse::{SseEvent, SseScanner, Usage};
@@ -82,7 +82,7 @@ pub struct Recorder {
     capacity: Option<(Arc<Replica>, Slo)>,
     /// A tenant's reservation, settled from the usage when the body ends.
     quota: Option<QuotaTicket>,
-    placement: Option<Placement>,
+    placement: Option<LatencyProbe>,
 }
 
 impl Recorder {
@@ -117,7 +117,7 @@ impl Recorder {
     }
 
     /// Feeds this stream's TTFT and TPOT to the replica's latency estimate.
-    pub fn with_placement(mut self, placement: Placement) -> Self {
+    pub fn with_placement(mut self, placement: LatencyProbe) -> Self {
         self.placement = Some(placement);
         self
     }

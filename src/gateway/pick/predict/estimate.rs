@@ -137,11 +137,11 @@ impl LatencyEstimate {
     }
 }
 
-/// One request's place on a replica, from the pick to the end of its stream: owes its
+/// One request measured on its replica, from the pick to the end of its stream: owes its
 /// prompt tokens to the replica's pending prefill until its first token, then feeds what
 /// it measured back into the replica's estimate.
 #[derive(Debug)]
-pub struct Placement {
+pub struct LatencyProbe {
     replica: Arc<Replica>,
     prompt_tokens: u64,
     queued_ahead: u64,
@@ -152,7 +152,7 @@ pub struct Placement {
     decoding_with: Option<u64>,
 }
 
-impl Placement {
+impl LatencyProbe {
     /// Places a request of `prompt_tokens` on `replica` at `now`.
     pub fn begin(replica: Arc<Replica>, prompt_tokens: u64, now: Instant) -> Self {
         let estimate = &replica.latency;
@@ -210,7 +210,7 @@ impl Placement {
     }
 }
 
-impl Drop for Placement {
+impl Drop for LatencyProbe {
     fn drop(&mut self) {
         self.close_prefill();
     }

@@ -9,5 +9,5 @@ pub mod headroom;
 #[cfg(test)]
 mod tests;
 
-pub use estimate::{LatencyEstimate, Placement, Predicted};
+pub use estimate::{LatencyEstimate, LatencyProbe, Predicted};
 pub use headroom::PredictedLatency;

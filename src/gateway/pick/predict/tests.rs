@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{Placement, PredictedLatency};
+use super::{LatencyProbe, PredictedLatency};
 use crate::gateway::config::{EntrySlo, ReplicaConfig};
 use crate::gateway::pick::policy::{PickContext, Policy, RequestShape};
 use crate::gateway::pick::replica::Replica;
@@ -54,7 +54,7 @@ impl Speed {
 /// One stream on `replica` from placement to end, timed by `speed` (no clock involved).
 fn serve(replica: &Arc<Replica>, prompt: u64, speed: Speed) {
     let start = Instant::now();
-    let mut placement = Placement::begin(replica.clone(), prompt, start);
+    let mut placement = LatencyProbe::begin(replica.clone(), prompt, start);
     let ahead = replica.latency.pending_prefill_tokens();
     placement.first_token(start + speed.ttft(ahead));
     placement.finished(speed.tpot(replica.load.in_flight().max(1)));
@@ -89,8 +89,8 @@ fn the_estimate_learns_prefill_and_decode_speed_from_scripted_streams() {
 fn pending_prefill_tokens_are_owed_from_placement_to_first_token_or_drop() {
     let replica = replicas(1).remove(0);
     let now = Instant::now();
-    let mut first = Placement::begin(replica.clone(), 1000, now);
-    let second = Placement::begin(replica.clone(), 9000, now);
+    let mut first = LatencyProbe::begin(replica.clone(), 1000, now);
+    let second = LatencyProbe::begin(replica.clone(), 9000, now);
     assert_eq!(replica.latency.pending_prefill_tokens(), 10_000);
     let error = first.first_token(now + Duration::from_millis(40)).unwrap();
     assert!(error >= 0.0);
