@@ -147,22 +147,27 @@ impl GatewayHandle {
         for listener in self.listeners {
             let _ = listener.await;
         }
-        // Each listener waited up to the drain deadline: whatever is left is cut now.
+        // Each listener waited up to the drain deadline: whatever is left is cut now, and
+        // the cut bodies end within moments (bounded, in case one does not).
         let _ = self.abort_streams.send(true);
         let state = self.reloader.live().load_full();
-        for _ in 0..200 {
-            if state.shared.admission.in_flight() == 0 && all_idle(&state) {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        let _ = tokio::time::timeout(CUT_STREAMS_END_WITHIN, all_ended(&state)).await;
         self.health_checks.abort();
         self.reloader.stop().await;
     }
 }
 
-fn all_idle(state: &GatewayState) -> bool {
-    state.picker.snapshot().iter().all(|replica| replica.load.in_flight() == 0)
+/// How long shutdown waits for streams it cut to drop their places.
+const CUT_STREAMS_END_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Resolves once no admitted request and no request on any replica is left. Nothing new
+/// arrives once the listeners have stopped, so the counts only fall: waiting for each in
+/// turn is waiting for all.
+async fn all_ended(state: &GatewayState) {
+    state.shared.admission.idle().await;
+    for replica in state.picker.snapshot().iter() {
+        replica.load.idle().await;
+    }
 }
 
 /// Binds every listener and starts serving.

@@ -35,6 +35,8 @@ pub struct Admission {
     waiting_peak: AtomicUsize,
     /// Places freed per second, for `Retry-After`.
     drained: DrainRate,
+    /// Signalled when the last admitted request ends (shutdown waits on it).
+    idle: tokio::sync::Notify,
     metrics: Arc<ReliabilityMetrics>,
 }
 
@@ -67,6 +69,7 @@ impl Admission {
             queue: WaitQueue::default(),
             waiting_peak: AtomicUsize::new(0),
             drained: DrainRate::default(),
+            idle: tokio::sync::Notify::new(),
             metrics,
         }
     }
@@ -83,6 +86,16 @@ impl Admission {
 
     pub fn in_flight(&self) -> u64 {
         self.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Resolves when no admitted request is left: at once if none is, else at the next
+    /// time the count reaches zero (a caller re-checks whatever else it waits for).
+    pub async fn idle(&self) {
+        let idle = self.idle.notified();
+        if self.in_flight() == 0 {
+            return;
+        }
+        idle.await;
     }
 
     pub fn waiting(&self) -> usize {
@@ -200,6 +213,9 @@ impl Drop for AdmissionPermit {
         admission.metrics.admission_in_flight.set(left as i64);
         admission.drained.record();
         admission.queue.wake_front();
+        if left == 0 {
+            admission.idle.notify_waiters();
+        }
     }
 }
 

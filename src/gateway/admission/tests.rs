@@ -195,3 +195,27 @@ async fn higher_bands_go_first_and_a_full_queue_sheds_its_lowest() {
     }
     assert_eq!(*order.lock(), ["high", "normal", "low"]);
 }
+
+#[tokio::test]
+async fn idle_resolves_when_the_last_request_and_its_replica_place_end_and_not_before() {
+    let (admission, picker) = setup(10, 10, 1);
+    let pick = |limit| picker.pick_within(None, limit);
+    // Nothing admitted: idle at once.
+    admission.idle().await;
+    let (first_guard, first) = admission.admit(&pick, 0).await.unwrap();
+    let (second_guard, second) = admission.admit(&pick, 0).await.unwrap();
+    let replica = first_guard.replica().clone();
+    let mut idle = Box::pin(admission.idle());
+    let mut replica_idle = Box::pin(replica.load.idle());
+    assert!(!ready(idle.as_mut()) && !ready(replica_idle.as_mut()));
+    drop((first, first_guard));
+    assert!(!ready(idle.as_mut()), "one request is still admitted");
+    assert!(!ready(replica_idle.as_mut()), "one request is still on the replica");
+    drop((second, second_guard));
+    assert!(ready(idle.as_mut()) && ready(replica_idle.as_mut()));
+}
+
+/// Polls once: whether the future has resolved.
+fn ready<F: std::future::Future>(future: std::pin::Pin<&mut F>) -> bool {
+    futures_util::FutureExt::now_or_never(future).is_some()
+}

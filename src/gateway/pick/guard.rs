@@ -41,8 +41,11 @@ impl InFlightGuard {
 impl Drop for InFlightGuard {
     fn drop(&mut self) {
         let load = &self.replica.load;
-        load.in_flight.fetch_sub(1, Ordering::Relaxed);
+        let before = load.in_flight.fetch_sub(1, Ordering::Relaxed);
         load.in_flight_prompt_tokens.fetch_sub(self.prompt_tokens, Ordering::Relaxed);
+        if before == 1 {
+            load.idle.notify_waiters();
+        }
     }
 }
 

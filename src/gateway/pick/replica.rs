@@ -95,6 +95,8 @@ impl Replica {
 pub struct ReplicaLoad {
     /// Requests this gateway sent that have not finished their response body.
     pub in_flight: AtomicU64,
+    /// Signalled when `in_flight` falls to zero (shutdown waits on it).
+    pub idle: tokio::sync::Notify,
     /// Estimated prompt tokens of those requests.
     pub in_flight_prompt_tokens: AtomicU64,
     /// Debug-entry requests among them, under their own limit.
@@ -131,6 +133,16 @@ pub struct ReportedLoad {
 impl ReplicaLoad {
     pub fn in_flight(&self) -> u64 {
         self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Resolves when no request of this gateway is left on the replica: at once if none
+    /// is, else at the next time the count reaches zero.
+    pub async fn idle(&self) {
+        let idle = self.idle.notified();
+        if self.in_flight() == 0 {
+            return;
+        }
+        idle.await;
     }
 
     pub fn prefill_owed_tokens(&self) -> u64 {
