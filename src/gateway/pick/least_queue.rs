@@ -84,24 +84,10 @@ impl Policy for LeastQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gateway::config::ReplicaConfig;
     use crate::gateway::pick::replica::ReportedLoad;
+    use crate::gateway::pick::test_fleet::replicas;
     use std::sync::atomic::Ordering;
     use std::time::{Duration, Instant};
-
-    fn replicas(count: usize) -> Vec<Arc<Replica>> {
-        (0..count)
-            .map(|i| {
-                Arc::new(Replica::new(&ReplicaConfig {
-                    name: format!("r{i}"),
-                    authority: "127.0.0.1:1".into(),
-                    node: "n".into(),
-                    tls: false,
-                    placement: Default::default(),
-                }))
-            })
-            .collect()
-    }
 
     fn context(epoch: Instant) -> PickContext {
         PickContext {

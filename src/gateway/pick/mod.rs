@@ -13,6 +13,8 @@ pub mod scrape;
 pub mod served_models;
 pub mod serving;
 pub mod set;
+#[cfg(test)]
+mod test_fleet;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -9,28 +9,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::{LatencyProbe, PredictedLatency};
-use crate::gateway::config::{EntrySlo, ReplicaConfig};
+use crate::gateway::config::EntrySlo;
 use crate::gateway::pick::policy::{PickContext, Policy, RequestShape};
 use crate::gateway::pick::replica::Replica;
-
-fn replicas(count: usize) -> Vec<Arc<Replica>> {
-    (0..count)
-        .map(|i| {
-            Arc::new(Replica::new(&ReplicaConfig {
-                name: format!("r{i}"),
-                authority: "127.0.0.1:1".into(),
-                node: "n".into(),
-                tls: false,
-                placement: Default::default(),
-            }))
-        })
-        .collect()
-}
-
-fn context() -> PickContext {
-    let epoch = Instant::now();
-    PickContext { epoch, now: epoch, fresh_for: Duration::from_secs(1), exclude: None }
-}
+use crate::gateway::pick::test_fleet::{context, replicas};
 
 fn shape(prompt_tokens: u64) -> RequestShape {
     RequestShape { prompt_tokens, slo: EntrySlo::default() }

@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
 
 use http::HeaderMap;
 use prometheus::Registry;
@@ -14,31 +13,12 @@ use super::affinity::session_replica;
 use super::index::{BlockIndex, ENTRY_BYTES};
 use super::policy::PrefixAware;
 use super::{PrefixRouter, PromptKey, PromptPick, hash_bytes};
-use crate::gateway::config::{PrefixConfig, ReplicaConfig};
-use crate::gateway::pick::policy::{PickContext, Policy};
-use crate::gateway::pick::replica::Replica;
+use crate::gateway::config::PrefixConfig;
+use crate::gateway::pick::policy::Policy;
+use crate::gateway::pick::test_fleet::{context, replicas};
 use crate::openai::InferenceRequest;
 use crate::openai::request::Endpoint;
 use crate::tokens::synthetic_text;
-
-fn replicas(count: usize) -> Vec<Arc<Replica>> {
-    (0..count)
-        .map(|i| {
-            Arc::new(Replica::new(&ReplicaConfig {
-                name: format!("r{i}"),
-                authority: "127.0.0.1:1".into(),
-                node: "n".into(),
-                tls: false,
-                placement: Default::default(),
-            }))
-        })
-        .collect()
-}
-
-fn context() -> PickContext {
-    let epoch = Instant::now();
-    PickContext { epoch, now: epoch, fresh_for: Duration::from_secs(1), exclude: None }
-}
 
 /// A chat prompt: a shared system message of `shared` tokens (from `group`'s seed) and a
 /// question of `own` tokens (from `seed`).
