@@ -214,19 +214,24 @@ start_haproxy() {
     fi
 }
 
-# start_router sglang|vllm POLICY
+# start_router sglang|vllm POLICY: the router in front of R0 and R1.
 start_router() {
+    start_router_on "$1" "$2" "$R0" "$R1"
+}
+
+# start_router_on sglang|vllm POLICY URL...: the router in front of the given replicas.
+start_router_on() {
     local kind="$1" policy="$2" port metrics name command
+    shift 2
     port="$(free_port)"
     metrics="$(free_port)"
-    name="$kind-$policy"
-    name="${name//_/-}"
+    name="$kind-${policy//_/-}"
     if [[ "$kind" == sglang ]]; then
         command=("$VENV/bin/python" -m sglang_router.launch_router)
     else
         command=("$VENV/bin/vllm-router")
     fi
-    "${PIN_PROXY[@]}" "${command[@]}" --worker-urls "$R0" "$R1" --policy "$policy" \
+    "${PIN_PROXY[@]}" "${command[@]}" --worker-urls "$@" --policy "$policy" \
         --host 127.0.0.1 --port "$port" --prometheus-port "$metrics" \
         --worker-startup-check-interval 1 --disable-retries >"$WORK/$name.out" 2>&1 &
     PIDS+=($!)

@@ -79,38 +79,15 @@ start_haproxy_tp4x4() {
     fi
 }
 
-# start_router_tp4x4 sglang|vllm POLICY
-start_router_tp4x4() {
-    local kind="$1" policy="$2" port metrics name command
-    port="$(free_port)"
-    metrics="$(free_port)"
-    name="$kind-${policy//_/-}"
-    if [[ "$kind" == sglang ]]; then
-        command=("$VENV/bin/python" -m sglang_router.launch_router)
-    else
-        command=("$VENV/bin/vllm-router")
-    fi
-    "${PIN_PROXY[@]}" "${command[@]}" --worker-urls "${FLEET4[@]}" --policy "$policy" \
-        --host 127.0.0.1 --port "$port" --prometheus-port "$metrics" \
-        --worker-startup-check-interval 1 --disable-retries >"$WORK/$name.out" 2>&1 &
-    PIDS+=($!)
-    if wait_http "http://127.0.0.1:$port/health" 60; then
-        TARGETS+=("$name=http://127.0.0.1:$port")
-        TARGET_PIDS[$name]="${PIDS[-1]}"
-    else
-        log "$name did not start"; tail -n 5 "$WORK/$name.out" >&2 || true
-    fi
-}
-
 # start_prefix_peers SPEED: every target, each in front of a cold fleet of its own.
 start_prefix_peers() {
     local speed="$1"
     TARGETS=()
     start_fleet_tp4x4 "$speed" lp; start_laneway_tp4x4 laneway-prefix prefix_aware
     start_fleet_tp4x4 "$speed" lq; start_laneway_tp4x4 laneway-lq least_queue
-    start_fleet_tp4x4 "$speed" sc; start_router_tp4x4 sglang cache_aware
-    start_fleet_tp4x4 "$speed" vc; start_router_tp4x4 vllm cache_aware
-    start_fleet_tp4x4 "$speed" vh; start_router_tp4x4 vllm consistent_hash
+    start_fleet_tp4x4 "$speed" sc; start_router_on sglang cache_aware "${FLEET4[@]}"
+    start_fleet_tp4x4 "$speed" vc; start_router_on vllm cache_aware "${FLEET4[@]}"
+    start_fleet_tp4x4 "$speed" vh; start_router_on vllm consistent_hash "${FLEET4[@]}"
     start_fleet_tp4x4 "$speed" hr; start_haproxy_tp4x4 haproxy-rr-nd roundrobin
     start_fleet_tp4x4 "$speed" hh; start_haproxy_tp4x4 haproxy-hdr-nd "hdr(x-session-id)"
     log "targets (fleets: $PREFIX_PROFILE, speed $speed): ${TARGETS[*]}"

@@ -111,28 +111,6 @@ start_haproxy_fleet() {
     fi
 }
 
-# start_router_fleet sglang|vllm POLICY: the router in front of FLEET.
-start_router_fleet() {
-    local kind="$1" policy="$2" port metrics name command
-    port="$(free_port)"
-    metrics="$(free_port)"
-    name="$kind-${policy//_/-}"
-    if [[ "$kind" == sglang ]]; then
-        command=("$VENV/bin/python" -m sglang_router.launch_router)
-    else
-        command=("$VENV/bin/vllm-router")
-    fi
-    "${PIN_PROXY[@]}" "${command[@]}" --worker-urls "${FLEET[@]}" --policy "$policy" \
-        --host 127.0.0.1 --port "$port" --prometheus-port "$metrics" \
-        --worker-startup-check-interval 1 --disable-retries >"$WORK/$name.out" 2>&1 &
-    PIDS+=($!)
-    if wait_http "http://127.0.0.1:$port/health" 60; then
-        TARGETS+=("$name=http://127.0.0.1:$port")
-        TARGET_PIDS[$name]="${PIDS[-1]}"
-    else
-        log "$name did not start"; tail -n 5 "$WORK/$name.out" >&2 || true
-    fi
-}
 
 start_routing_peers() {
     TARGETS=()
@@ -140,8 +118,8 @@ start_routing_peers() {
     start_laneway_fleet laneway-least-queue least_queue
     start_haproxy_fleet haproxy-lc-close-nd leastconn close
     start_haproxy_fleet haproxy-rr-nd roundrobin keepalive
-    start_router_fleet sglang power_of_two
-    start_router_fleet vllm power_of_two
+    start_router_on sglang power_of_two "${FLEET[@]}"
+    start_router_on vllm power_of_two "${FLEET[@]}"
     log "targets: ${TARGETS[*]}"
 }
 
