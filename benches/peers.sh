@@ -189,18 +189,28 @@ start_laneway() {
     fi
 }
 
-# start_haproxy NAME BALANCE close|keepalive nodelay|default
+# start_haproxy NAME BALANCE close|keepalive nodelay|default: HAProxy in front of R0 and R1.
 start_haproxy() {
-    local name="$1" balance="$2" connection="$3" nodelay="$4" port config servers
+    start_haproxy_on "$1" "$2" "$3" "$4" "$R0" "$R1"
+}
+
+# start_haproxy_on NAME BALANCE close|keepalive nodelay|default URL...: HAProxy (nbthread 1)
+# in front of the given replicas, named r0, r1, ...
+start_haproxy_on() {
+    local name="$1" balance="$2" connection="$3" nodelay="$4" port config servers="" url index=0
+    shift 4
     port="$(free_port)"
     config="$WORK/$name.cfg"
-    servers="    server r0 ${R0#http://}"$'\n'"    server r1 ${R1#http://}"
+    for url in "$@"; do
+        servers+="    server r$index ${url#http://}"$'\n'
+        index=$((index + 1))
+    done
     local connection_line="option http-keep-alive"
     [[ "$connection" == close ]] && connection_line="option httpclose"
     local nodelay_line="# option http-no-delay (off: HAProxy's default)"
     [[ "$nodelay" == nodelay ]] && nodelay_line="option http-no-delay"
     awk -v port="$port" -v balance="$balance" -v conn="$connection_line" \
-        -v nodelay="$nodelay_line" -v servers="$servers" '
+        -v nodelay="$nodelay_line" -v servers="${servers%$'\n'}" '
         { gsub("@PORT@", port); gsub("@BALANCE@", balance); gsub("@CONNECTION@", conn);
           gsub("@NODELAY@", nodelay); if ($0 == "@SERVERS@") { print servers; next } print }' \
         "$PEERS_DIR/haproxy.cfg" >"$config"

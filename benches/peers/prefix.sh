@@ -56,29 +56,6 @@ start_laneway_tp4x4() {
     fi
 }
 
-# start_haproxy_tp4x4 NAME BALANCE: HAProxy, keep-alive, http-no-delay.
-start_haproxy_tp4x4() {
-    local name="$1" balance="$2" port config servers="" i
-    port="$(free_port)"
-    config="$WORK/$name.cfg"
-    for i in 0 1 2 3; do
-        servers+="    server r$i ${FLEET4[$i]#http://}"$'\n'
-    done
-    awk -v port="$port" -v balance="$balance" -v servers="${servers%$'\n'}" '
-        { gsub("@PORT@", port); gsub("@BALANCE@", balance);
-          gsub("@CONNECTION@", "option http-keep-alive"); gsub("@NODELAY@", "option http-no-delay");
-          if ($0 == "@SERVERS@") { print servers; next } print }' \
-        "$PEERS_DIR/haproxy.cfg" >"$config"
-    "${PIN_PROXY[@]}" haproxy -f "$config" -db >"$WORK/$name.out" 2>&1 &
-    PIDS+=($!)
-    if wait_http "http://127.0.0.1:$port/health" 10; then
-        TARGETS+=("$name=http://127.0.0.1:$port")
-        TARGET_PIDS[$name]="${PIDS[-1]}"
-    else
-        log "$name did not start"; tail -n 5 "$WORK/$name.out" >&2 || true
-    fi
-}
-
 # start_prefix_peers SPEED: every target, each in front of a cold fleet of its own.
 start_prefix_peers() {
     local speed="$1"
@@ -88,8 +65,8 @@ start_prefix_peers() {
     start_fleet_tp4x4 "$speed" sc; start_router_on sglang cache_aware "${FLEET4[@]}"
     start_fleet_tp4x4 "$speed" vc; start_router_on vllm cache_aware "${FLEET4[@]}"
     start_fleet_tp4x4 "$speed" vh; start_router_on vllm consistent_hash "${FLEET4[@]}"
-    start_fleet_tp4x4 "$speed" hr; start_haproxy_tp4x4 haproxy-rr-nd roundrobin
-    start_fleet_tp4x4 "$speed" hh; start_haproxy_tp4x4 haproxy-hdr-nd "hdr(x-session-id)"
+    start_fleet_tp4x4 "$speed" hr; start_haproxy_on haproxy-rr-nd roundrobin keepalive nodelay "${FLEET4[@]}"
+    start_fleet_tp4x4 "$speed" hh; start_haproxy_on haproxy-hdr-nd "hdr(x-session-id)" keepalive nodelay "${FLEET4[@]}"
     log "targets (fleets: $PREFIX_PROFILE, speed $speed): ${TARGETS[*]}"
 }
 

@@ -85,39 +85,13 @@ start_laneway_fleet() {
     fi
 }
 
-# start_haproxy_fleet NAME BALANCE close|keepalive: HAProxy (http-no-delay) in front of FLEET.
-start_haproxy_fleet() {
-    local name="$1" balance="$2" connection="$3" port config servers="" index=0 url
-    port="$(free_port)"
-    config="$WORK/$name.cfg"
-    for url in "${FLEET[@]}"; do
-        servers+="    server r$index ${url#http://}"$'\n'
-        index=$((index + 1))
-    done
-    local connection_line="option http-keep-alive"
-    [[ "$connection" == close ]] && connection_line="option httpclose"
-    awk -v port="$port" -v balance="$balance" -v conn="$connection_line" \
-        -v nodelay="option http-no-delay" -v servers="${servers%$'\n'}" '
-        { gsub("@PORT@", port); gsub("@BALANCE@", balance); gsub("@CONNECTION@", conn);
-          gsub("@NODELAY@", nodelay); if ($0 == "@SERVERS@") { print servers; next } print }' \
-        "$PEERS_DIR/haproxy.cfg" >"$config"
-    "${PIN_PROXY[@]}" haproxy -f "$config" -db >"$WORK/$name.out" 2>&1 &
-    PIDS+=($!)
-    if wait_http "http://127.0.0.1:$port/health" 10; then
-        TARGETS+=("$name=http://127.0.0.1:$port")
-        TARGET_PIDS[$name]="${PIDS[-1]}"
-    else
-        log "$name did not start"; tail -n 5 "$WORK/$name.out" >&2 || true
-    fi
-}
-
 
 start_routing_peers() {
     TARGETS=()
     start_laneway_fleet laneway-predicted predicted_latency
     start_laneway_fleet laneway-least-queue least_queue
-    start_haproxy_fleet haproxy-lc-close-nd leastconn close
-    start_haproxy_fleet haproxy-rr-nd roundrobin keepalive
+    start_haproxy_on haproxy-lc-close-nd leastconn close nodelay "${FLEET[@]}"
+    start_haproxy_on haproxy-rr-nd roundrobin keepalive nodelay "${FLEET[@]}"
     start_router_on sglang power_of_two "${FLEET[@]}"
     start_router_on vllm power_of_two "${FLEET[@]}"
     log "targets: ${TARGETS[*]}"
