@@ -140,12 +140,15 @@ install_tools() {
 
 # -------------------------------------------------------------------------------- fleet
 # start_fleet SPEED PROFILE-ARGS...: starts two replicas with 4 API workers each at the
-# given clock speed; sets R0 and R1 to their URLs.
+# given clock speed; sets R0 and R1 to their URLs. Prefix caching is off: every target is
+# sent the same seeded prompts in turn, so with it on, targets after the first would find
+# the earlier targets' prompts cached (the field's business cases have no reuse; the
+# `prefix` part measures caching on fleets of its own).
 start_fleet() {
     local speed="$1" id
     shift
     for id in r0 r1; do
-        "${PIN_FLEET[@]}" "$LANEWAY" sim --port 0 "$@" --api-workers 4 \
+        "${PIN_FLEET[@]}" "$LANEWAY" sim --port 0 "$@" --api-workers 4 --no-enable-prefix-caching \
             --speed "$speed" --id "$id" >"$WORK/sim-$id.out" 2>"$WORK/sim-$id.err" &
         PIDS+=($!)
     done
