@@ -46,6 +46,20 @@ async fn send_as(
     (status, variant, strategy)
 }
 
+/// One streamed request from each of `users` users (`user-0`, ...), four at a time:
+/// (status, variant, replica) of each.
+async fn stream_as_users(gateway: &GatewayHandle, users: usize) -> Vec<(u16, String, String)> {
+    let client = reqwest::Client::new();
+    futures_util::stream::iter(0..users)
+        .map(|user| {
+            let client = &client;
+            async move { send_as(client, gateway, &format!("user-{user}"), true).await }
+        })
+        .buffer_unordered(4)
+        .collect()
+        .await
+}
+
 /// The canary report once the first entry has recorded `requests` since start. A stream's
 /// sample reaches the recorder (a task of its own) when its body ends, which can be just
 /// after the client has read the last byte; bounded at about ten seconds.
@@ -200,15 +214,7 @@ async fn the_report_names_a_clearly_slower_pool() {
         variant("slow", Strategy::ForceClose, Some("slow"), 1),
     ];
     let gateway = start_gateway(config).await;
-    let client = reqwest::Client::new();
-    let results: Vec<(u16, String, String)> = futures_util::stream::iter(0..USERS)
-        .map(|user| {
-            let (client, gateway) = (&client, &gateway);
-            async move { send_as(client, gateway, &format!("user-{user}"), true).await }
-        })
-        .buffer_unordered(4)
-        .collect()
-        .await;
+    let results = stream_as_users(&gateway, USERS).await;
     assert!(results.iter().all(|(status, _, _)| *status == 200));
     let report = report_once_recorded(&gateway, USERS as u64).await;
     let short = &report["entries"][0];
@@ -242,15 +248,7 @@ async fn two_identical_variants_raise_no_alarm() {
         variant("b", Strategy::ForceClose, None, 1),
     ];
     let gateway = start_gateway(config).await;
-    let client = reqwest::Client::new();
-    let results: Vec<(u16, String, String)> = futures_util::stream::iter(0..USERS)
-        .map(|user| {
-            let (client, gateway) = (&client, &gateway);
-            async move { send_as(client, gateway, &format!("user-{user}"), true).await }
-        })
-        .buffer_unordered(4)
-        .collect()
-        .await;
+    let results = stream_as_users(&gateway, USERS).await;
     assert!(results.iter().all(|(status, _, _)| *status == 200));
     let report = admin_json(&gateway, "/admin/canary").await;
     let verdicts = &report["entries"][0]["variants"][1]["window_vs_baseline"];
