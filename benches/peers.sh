@@ -198,6 +198,18 @@ start_haproxy() {
 }
 
 # start_haproxy_on NAME BALANCE close|keepalive nodelay|default URL...: HAProxy (nbthread 1)
+# register_target NAME URL HEALTH_URL SECONDS LOG: once HEALTH_URL answers (within SECONDS),
+# the process started last is target NAME at URL; otherwise LOG's tail says why not.
+register_target() {
+    local name="$1" url="$2" health="$3" seconds="$4" log_file="$5"
+    if wait_http "$health" "$seconds"; then
+        TARGETS+=("$name=$url")
+        TARGET_PIDS[$name]="${PIDS[-1]}"
+    else
+        log "$name did not start"; tail -n 5 "$log_file" >&2 || true
+    fi
+}
+
 # in front of the given replicas, named r0, r1, ...
 start_haproxy_on() {
     local name="$1" balance="$2" connection="$3" nodelay="$4" port config servers="" url index=0
@@ -219,12 +231,7 @@ start_haproxy_on() {
         "$PEERS_DIR/haproxy.cfg" >"$config"
     "${PIN_PROXY[@]}" haproxy -f "$config" -db >"$WORK/$name.out" 2>&1 &
     PIDS+=($!)
-    if wait_http "http://127.0.0.1:$port/health" 10; then
-        TARGETS+=("$name=http://127.0.0.1:$port")
-        TARGET_PIDS[$name]="${PIDS[-1]}"
-    else
-        log "$name did not start"; tail -n 5 "$WORK/$name.out" >&2 || true
-    fi
+    register_target "$name" "http://127.0.0.1:$port" "http://127.0.0.1:$port/health" 10 "$WORK/$name.out"
 }
 
 # start_router sglang|vllm POLICY: the router in front of R0 and R1.
@@ -248,12 +255,7 @@ start_router_on() {
         --host 127.0.0.1 --port "$port" --prometheus-port "$metrics" \
         --worker-startup-check-interval 1 --disable-retries >"$WORK/$name.out" 2>&1 &
     PIDS+=($!)
-    if wait_http "http://127.0.0.1:$port/health" 60; then
-        TARGETS+=("$name=http://127.0.0.1:$port")
-        TARGET_PIDS[$name]="${PIDS[-1]}"
-    else
-        log "$name did not start"; tail -n 5 "$WORK/$name.out" >&2 || true
-    fi
+    register_target "$name" "http://127.0.0.1:$port" "http://127.0.0.1:$port/health" 60 "$WORK/$name.out"
 }
 
 # Starts every ingress in front of the current fleet. Direct access is the load

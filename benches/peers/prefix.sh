@@ -48,12 +48,7 @@ start_laneway_tp4x4() {
     } >"$config"
     "${PIN_PROXY[@]}" "$LANEWAY" serve --config "$config" >"$WORK/$name.out" 2>"$WORK/$name.err" &
     PIDS+=($!)
-    if wait_http "http://127.0.0.1:$admin/health" 30; then
-        TARGETS+=("$name=http://127.0.0.1:$port")
-        TARGET_PIDS[$name]="${PIDS[-1]}"
-    else
-        log "$name did not start"; tail -n 5 "$WORK/$name.err" >&2 || true
-    fi
+    register_target "$name" "http://127.0.0.1:$port" "http://127.0.0.1:$admin/health" 30 "$WORK/$name.err"
 }
 
 # start_prefix_peers SPEED: every target, each in front of a cold fleet of its own.
