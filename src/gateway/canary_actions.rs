@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::canary::{CanaryAction, CandidateDecision, Decision};
-use crate::gateway::entry::Entry;
+use crate::gateway::config::Entry;
 use crate::gateway::reload::LiveState;
 use crate::gateway::state::GatewayState;
 

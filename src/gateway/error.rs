@@ -3,9 +3,9 @@
 
 use http::Response;
 
-use crate::gateway::auth::AuthError;
 use crate::gateway::body::{BoxError, ProxyBody, boxed};
-use crate::gateway::entry::UnknownEntry;
+use crate::gateway::config::UnknownEntry;
+use crate::gateway::secrets::AuthError;
 use crate::openai::{ApiError, ErrorKind, RequestParseError};
 
 /// A failed request, before any response bytes went out.

@@ -10,15 +10,14 @@
 pub mod access_log;
 pub mod admin;
 pub mod admission;
-pub mod auth;
 pub mod body;
 pub mod canary_actions;
 pub mod capacity;
 pub mod classify;
+pub mod clock;
 pub mod config;
 pub mod demo;
 pub mod discovery;
-pub mod entry;
 pub mod error;
 pub mod forward;
 pub mod health;
@@ -28,9 +27,9 @@ pub mod pick;
 pub mod quota;
 pub mod reload;
 pub mod request_id;
+pub mod secrets;
 pub mod state;
 pub mod tls;
-pub mod upstream_tls;
 pub mod variants;
 
 use std::collections::HashMap;
@@ -45,7 +44,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use config::GatewayConfig;
-pub use entry::{Entry, Strategy};
+pub use config::{Entry, Strategy};
 use listen::ListenerRole;
 use reload::{LiveState, ReloadError, Reloader};
 use state::{GatewayState, Shared};
@@ -227,7 +226,17 @@ pub async fn spawn(config: GatewayConfig) -> anyhow::Result<GatewayHandle> {
             tracing::error!(%error, "admin listener failed");
         }
     }));
-    let health_checks = health::active::spawn(live.clone());
+    let health_checks = health::active::spawn({
+        let live = live.clone();
+        move || {
+            let state = live.load_full();
+            health::active::CheckRound {
+                replicas: state.picker.snapshot(),
+                health: state.health.clone(),
+                upstream_tls: state.upstream_tls.clone(),
+            }
+        }
+    });
     // Ends with the recorder; acts only when the config enables it.
     canary_actions::spawn(live.clone(), stopped.clone());
     capacity::spawn(live.clone(), stopped.clone());

@@ -10,15 +10,15 @@ use tokio::sync::watch;
 
 use crate::canary::{CanaryRecorder, CanarySettings, CompareSettings};
 use crate::gateway::admission::Admission;
+use crate::gateway::config::Entry;
 use crate::gateway::config::GatewayConfig;
-use crate::gateway::entry::Entry;
 use crate::gateway::forward::Connector;
 use crate::gateway::forward::retry::RetryBudget;
 use crate::gateway::health::{HealthTracker, ReliabilityMetrics};
 use crate::gateway::observe::GatewayMetrics;
 use crate::gateway::pick::{Picker, PrefixRouter};
 use crate::gateway::quota::{TenantMetrics, Tenants};
-use crate::gateway::upstream_tls::UpstreamTls;
+use crate::gateway::tls::upstream::UpstreamTls;
 use crate::gateway::variants::Variants;
 
 /// The parts that outlive a reload: counters, queues and budgets must not restart at zero.

@@ -10,12 +10,12 @@ use arc_swap::ArcSwap;
 use http::{HeaderMap, HeaderName};
 
 use crate::canary::{AssignError, Layout, VariantTable, WeightedVariant};
+use crate::gateway::config::{Entry, Strategy};
 use crate::gateway::config::{EntryConfig, GatewayConfig};
-use crate::gateway::entry::{Entry, Strategy};
 use crate::gateway::forward::Connector;
 use crate::gateway::observe::GatewayMetrics;
 use crate::gateway::pick::{Picker, Policy, PromptPick, Replica, RequestShape, new_policy};
-use crate::gateway::upstream_tls::UpstreamTls;
+use crate::gateway::tls::upstream::UpstreamTls;
 
 /// The header a request id is read from when no sticky header is configured or present.
 pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");

@@ -9,7 +9,7 @@ use axum::Router;
 use axum::http::HeaderMap;
 use axum::routing::post;
 use dashmap::DashSet;
-use laneway::gateway::auth::ApiKeys;
+use laneway::gateway::config::ApiKeys;
 
 /// A replica that answers every chat request with a tiny JSON completion and remembers
 /// the `x-request-id` it was sent.

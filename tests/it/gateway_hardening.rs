@@ -17,7 +17,7 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use laneway::gateway::GatewayHandle;
-use laneway::gateway::auth::ApiKeys;
+use laneway::gateway::config::ApiKeys;
 use laneway::gateway::discovery::{DnsDiscovery, Resolver};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

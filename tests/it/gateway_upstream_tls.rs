@@ -11,7 +11,7 @@ use crate::support::tls::{TestCa, start_front, temp_dir};
 use futures_util::future::BoxFuture;
 use laneway::gateway::config::ReplicaConfig;
 use laneway::gateway::discovery::{DnsDiscovery, Resolver};
-use laneway::gateway::upstream_tls::{ClientIdentity, UpstreamTlsConfig};
+use laneway::gateway::tls::upstream::{ClientIdentity, UpstreamTlsConfig};
 use laneway::gateway::{Entry, GatewayConfig, GatewayHandle, Strategy};
 
 fn https_replica(name: &str, addr: SocketAddr) -> ReplicaConfig {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::gateway::*;
-use laneway::gateway::auth::ApiKeys;
+use laneway::gateway::config::ApiKeys;
 use laneway::gateway::config::{TenantConfig, TenantLimits, UnknownModel};
 use laneway::gateway::{GatewayConfig, GatewayHandle};
 use laneway::sim::{self, SimConfig, SimHandle};

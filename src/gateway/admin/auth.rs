@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 
 use http::HeaderMap;
 
-use crate::gateway::auth::{bearer, constant_time_eq};
 use crate::gateway::config::AdminConfig;
+use crate::gateway::secrets::{bearer, constant_time_eq};
 use crate::openai::{ApiError, ErrorKind};
 
 /// What a request wants to do.

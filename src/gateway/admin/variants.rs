@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::{Authorized, Reader, Writer, error_response};
 use crate::canary::render_text;
-use crate::gateway::entry::Entry;
+use crate::gateway::config::Entry;
 use crate::gateway::state::GatewayState;
 use crate::gateway::variants::EntryVariants;
 use crate::openai::{ApiError, ErrorKind};

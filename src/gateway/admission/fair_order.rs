@@ -7,27 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Who a waiting request belongs to and how it ranks.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Flow {
-    /// The tenant's name; every request without one shares the empty flow.
-    pub key: Arc<str>,
-    /// Relative share of turns among flows of one band (at least 1).
-    pub weight: u32,
-    /// Priority band: higher bands are served first and shed last.
-    pub band: u8,
-}
-
-/// The band of requests that name none and belong to no tenant.
-pub const DEFAULT_BAND: u8 = 4;
-/// The highest band.
-pub const MAX_BAND: u8 = 9;
-
-impl Default for Flow {
-    fn default() -> Self {
-        Self { key: Arc::from(""), weight: 1, band: DEFAULT_BAND }
-    }
-}
+use crate::gateway::config::Flow;
 
 /// A waiter's place in the order: compare with `<` for "served earlier".
 #[derive(Debug, Clone, Copy, PartialEq)]

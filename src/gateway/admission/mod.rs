@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use arc_swap::ArcSwap;
 
+use crate::gateway::config::Flow;
 use drain_rate::DrainRate;
-use fair_order::Flow;
 pub use held::HeldBody;
 use queue::WaitQueue;
 

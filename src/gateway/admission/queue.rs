@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use super::fair_order::{FairClock, Flow, Rank};
+use super::fair_order::{FairClock, Rank};
+use crate::gateway::config::Flow;
 
 #[derive(Debug, Default)]
 pub struct WaitQueue {

@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::gateway::admission::fair_order::Flow;
+use crate::gateway::config::Flow;
 use crate::gateway::config::{GatewayConfig, ReplicaConfig};
 use crate::gateway::pick::Picker;
 

@@ -13,7 +13,7 @@ mod accuracy;
 pub mod model_name;
 pub mod slo;
 
-use crate::gateway::entry::Entry;
+use crate::gateway::config::Entry;
 use crate::openai::request::Endpoint;
 use crate::openai::{InferenceRequest, RequestParseError};
 

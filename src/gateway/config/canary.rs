@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use http::HeaderName;
 
+use super::Strategy;
 use super::raw::{RawAdmin, RawCanary, RawPool, RawVariant};
 use super::validate::Issues;
 use super::verdicts::{Automation, automation, guard};
 use super::{PolicyKind, ReplicaConfig};
 use crate::canary::{GuardSettings, Slo, VariantTable, WeightedVariant};
-use crate::gateway::entry::Strategy;
 
 /// The name of an entry's implicit variant when it configures none.
 pub const DEFAULT_VARIANT_NAME: &str = "default";

@@ -2,8 +2,10 @@
 //! typed [`GatewayConfig`] the rest of the gateway reads, with every bad field reported
 //! by its path (`replicas[2].url: ...`).
 
+pub mod auth;
 mod canary;
 mod capacity;
+mod entry;
 mod models;
 mod prefix;
 mod raw;
@@ -17,18 +19,19 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::gateway::auth::ApiKeys;
 use crate::gateway::discovery::DiscoveryConfig;
-use crate::gateway::entry::{Entry, Strategy};
-use crate::gateway::tls::TlsConfig;
-use crate::gateway::upstream_tls::UpstreamTlsConfig;
 
+use crate::gateway::tls::TlsConfig;
+use crate::gateway::tls::upstream::UpstreamTlsConfig;
+
+pub use auth::ApiKeys;
 pub use canary::{AdminConfig, CanaryConfig, DEFAULT_VARIANT_NAME, PoolConfig, VariantConfig};
 pub use capacity::{CapacityConfig, Placement};
+pub use entry::{Entry, Strategy, UnknownEntry};
 pub use models::{ModelsConfig, UnknownModel};
 pub use prefix::PrefixConfig;
 pub use slo::{EntrySlo, RawEntrySlo};
-pub use tenants::{TenantConfig, TenantLimits};
+pub use tenants::{DEFAULT_BAND, Flow, MAX_BAND, TenantConfig, TenantLimits};
 pub use validate::{ConfigError, ConfigIssue};
 pub use verdicts::Automation;
 

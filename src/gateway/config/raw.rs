@@ -31,8 +31,8 @@ pub struct RawConfig {
     #[serde(default)]
     pub admin: RawAdmin,
     pub tls: Option<crate::gateway::tls::RawTls>,
-    pub auth: Option<crate::gateway::auth::RawAuth>,
-    pub upstream_tls: Option<crate::gateway::upstream_tls::RawUpstreamTls>,
+    pub auth: Option<super::auth::RawAuth>,
+    pub upstream_tls: Option<crate::gateway::tls::upstream::RawUpstreamTls>,
     #[serde(default)]
     pub discovery: crate::gateway::discovery::RawDiscovery,
     #[serde(default)]

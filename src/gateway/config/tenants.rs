@@ -1,10 +1,11 @@
 //! `[[tenants]]`: named API keys with their limits (requests and tokens per minute,
 //! requests at once). A tenant's keys are valid API keys even without `[auth]`.
 
+use std::sync::Arc;
+
 use serde::Deserialize;
 
 use super::validate::Issues;
-use crate::gateway::admission::fair_order::{DEFAULT_BAND, MAX_BAND};
 
 /// One `[[tenants]]` table as written.
 #[derive(Debug, Default, Deserialize)]
@@ -111,6 +112,28 @@ pub(super) fn tenants(raw: &[RawTenant], issues: &mut Issues) -> Vec<TenantConfi
         tenants.push(TenantConfig { name, keys, limits, weight, priority, max_priority });
     }
     tenants
+}
+
+/// Who a waiting request belongs to and how it ranks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Flow {
+    /// The tenant's name; every request without one shares the empty flow.
+    pub key: Arc<str>,
+    /// Relative share of turns among flows of one band (at least 1).
+    pub weight: u32,
+    /// Priority band: higher bands are served first and shed last.
+    pub band: u8,
+}
+
+/// The band of requests that name none and belong to no tenant.
+pub const DEFAULT_BAND: u8 = 4;
+/// The highest band.
+pub const MAX_BAND: u8 = 9;
+
+impl Default for Flow {
+    fn default() -> Self {
+        Self { key: Arc::from(""), weight: 1, band: DEFAULT_BAND }
+    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,8 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use super::ApiKeys;
+use super::Strategy;
 use super::canary;
 use super::capacity;
 use super::models;
@@ -13,11 +15,9 @@ use super::raw::{RawConfig, RawEntries, RawEntry, RawReplica};
 use super::reliability::{self, Ranges, RawReliability, ReliabilityConfig};
 use super::tenants;
 use super::{DebugAccess, EntryConfig, GatewayConfig, PolicyKind, ReplicaConfig};
-use crate::gateway::auth::ApiKeys;
 use crate::gateway::discovery::DiscoveryConfig;
-use crate::gateway::entry::Strategy;
 use crate::gateway::tls::TlsConfig;
-use crate::gateway::upstream_tls::UpstreamTlsConfig;
+use crate::gateway::tls::upstream::UpstreamTlsConfig;
 
 /// One bad field.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -331,7 +331,7 @@ fn parse_url(url: &str) -> Result<(String, bool), String> {
     let host = uri.host().ok_or_else(|| format!("`{url}` has no host"))?;
     let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
     let authority = format!("{host}:{port}");
-    if tls && crate::gateway::upstream_tls::server_name(&authority).is_none() {
+    if tls && crate::gateway::tls::upstream::server_name(&authority).is_none() {
         return Err(format!("`{url}`: `{host}` is not a valid TLS server name"));
     }
     Ok((authority, tls))

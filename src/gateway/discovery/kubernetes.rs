@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 use super::fault_units::SliceMetadata;
 use super::{Discovered, Source};
 use crate::gateway::config::ReplicaConfig;
-use crate::gateway::upstream_tls;
+use crate::gateway::tls::upstream as upstream_tls;
 
 const SERVICE_ACCOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// Largest EndpointSlice list read.

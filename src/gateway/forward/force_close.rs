@@ -18,7 +18,7 @@ use super::upstream_error;
 use crate::gateway::body::ProxyBody;
 use crate::gateway::error::GatewayError;
 use crate::gateway::pick::Replica;
-use crate::gateway::upstream_tls::UpstreamTls;
+use crate::gateway::tls::upstream::UpstreamTls;
 
 /// Where a connection goes: borrowed from the replica, so building one costs nothing.
 #[derive(Clone, Copy)]

@@ -15,7 +15,7 @@ use hyper_util::rt::TokioExecutor;
 use super::force_close::Upstream;
 use crate::gateway::body::ProxyBody;
 use crate::gateway::error::GatewayError;
-use crate::gateway::upstream_tls::UpstreamTls;
+use crate::gateway::tls::upstream::UpstreamTls;
 
 /// Pooled keep-alive clients: one for http replicas, one for https ones.
 pub struct KeepAlive {

@@ -17,10 +17,10 @@ use hyper::body::Incoming;
 
 use crate::gateway::body::ProxyBody;
 use crate::gateway::config::EntryConfig;
-use crate::gateway::entry::Strategy;
+use crate::gateway::config::Strategy;
 use crate::gateway::error::GatewayError;
 use crate::gateway::pick::Replica;
-use crate::gateway::upstream_tls::UpstreamTls;
+use crate::gateway::tls::upstream::UpstreamTls;
 use force_close::Upstream;
 use request::TargetForm;
 

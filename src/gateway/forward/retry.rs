@@ -6,8 +6,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::gateway::clock::now_micros;
 use crate::gateway::config::reliability::RetryConfig;
-use crate::gateway::health::clock::now_micros;
 
 /// Tokens are kept in millionths.
 const ONE: u64 = 1_000_000;

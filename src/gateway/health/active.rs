@@ -16,15 +16,23 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::task::{JoinHandle, JoinSet};
 
+use super::HealthTracker;
 use crate::gateway::pick::Replica;
-use crate::gateway::reload::LiveState;
-use crate::gateway::upstream_tls::UpstreamTls;
+use crate::gateway::tls::upstream::UpstreamTls;
 
 type CheckClient = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;
 
-/// Starts the checker; it follows reloads (each round reads the current replica set, and
-/// https replicas are checked with the current state's TLS client).
-pub fn spawn(live: Arc<LiveState>) -> JoinHandle<()> {
+/// What one round of checks works on, read afresh each round so the checker follows reloads.
+pub struct CheckRound {
+    pub replicas: Arc<Vec<Arc<Replica>>>,
+    pub health: Arc<HealthTracker>,
+    /// The TLS client of the current state: a reload that read the certificates again
+    /// gives a new one, and the checks' pooled client is rebuilt with it.
+    pub upstream_tls: Arc<UpstreamTls>,
+}
+
+/// Starts the checker; `round` gives each round's replicas, tracker and TLS client.
+pub fn spawn(round: impl Fn() -> CheckRound + Send + 'static) -> JoinHandle<()> {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(Duration::from_secs(1)));
@@ -37,7 +45,7 @@ pub fn spawn(live: Arc<LiveState>) -> JoinHandle<()> {
         // The client and the TLS client it was built with.
         let mut current: Option<(Arc<UpstreamTls>, CheckClient)> = None;
         loop {
-            let state = live.load_full();
+            let state = round();
             let client = match &current {
                 Some((tls, client)) if Arc::ptr_eq(tls, &state.upstream_tls) => client.clone(),
                 // First round, or a reload read the certificates again.
@@ -49,7 +57,7 @@ pub fn spawn(live: Arc<LiveState>) -> JoinHandle<()> {
             };
             let config = state.health.config().clone();
             let mut checks = JoinSet::new();
-            for replica in state.picker.snapshot().iter() {
+            for replica in state.replicas.iter() {
                 let (client, replica) = (client.clone(), replica.clone());
                 checks.spawn(async move {
                     let passed = check_once(&client, &replica, config.timeout).await;

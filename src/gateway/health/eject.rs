@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::clock::micros_after;
 use super::metrics::ReliabilityMetrics;
+use crate::gateway::clock::micros_after;
 use crate::gateway::config::reliability::HealthConfig;
 use crate::gateway::pick::{Picker, Replica};
 

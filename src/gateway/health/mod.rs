@@ -4,12 +4,9 @@
 //! [`metrics`] exports all of it. None of it touches the load counters.
 
 pub mod active;
-pub mod clock;
 pub mod eject;
 pub mod headroom;
 pub mod metrics;
-pub mod state;
 
 pub use eject::{FailureReason, HealthTracker};
 pub use metrics::ReliabilityMetrics;
-pub use state::ReplicaHealth;

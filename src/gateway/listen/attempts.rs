@@ -14,10 +14,10 @@ use hyper::body::Incoming;
 
 use super::dispatch::rebuild;
 use super::respond::{Proxied, respond};
-use crate::gateway::admission::fair_order::Flow;
 use crate::gateway::admission::{AdmissionPermit, HeldBody};
 use crate::gateway::body::{ProxyBody, boxed, full};
-use crate::gateway::entry::Entry;
+use crate::gateway::config::Entry;
+use crate::gateway::config::Flow;
 use crate::gateway::error::GatewayError;
 use crate::gateway::health::FailureReason;
 use crate::gateway::pick::predict::LatencyProbe;

@@ -2,6 +2,7 @@
 //! per listener, graceful drain on shutdown. Each request goes to [`dispatch::dispatch`].
 
 mod attempts;
+pub mod auth;
 mod body_deadline;
 pub mod connection;
 pub mod dispatch;
@@ -25,8 +26,8 @@ use tokio_rustls::TlsAcceptor;
 use connection::{Activity, ClientTimeouts, ConnectionTracker, Stops, WatchedIo};
 
 use crate::gateway::admission::HeldBody;
+use crate::gateway::config::Entry;
 use crate::gateway::config::GatewayConfig;
-use crate::gateway::entry::Entry;
 use crate::gateway::forward::request::KEEP_ALIVE;
 use crate::gateway::reload::LiveState;
 use crate::gateway::tls;

@@ -10,7 +10,7 @@ use hyper::body::Incoming;
 
 use crate::gateway::access_log;
 use crate::gateway::body::{ProxyBody, boxed};
-use crate::gateway::entry::{Entry, Strategy};
+use crate::gateway::config::{Entry, Strategy};
 use crate::gateway::forward::request::strip_hop_by_hop;
 use crate::gateway::observe::{
     BodyKind, ObservedBody, Recorder, RequestLabels, StreamWatchdog, status_class,

@@ -8,6 +8,7 @@ pub mod policy;
 pub mod predict;
 pub mod prefix;
 pub mod replica;
+pub mod replica_health;
 pub mod round_robin;
 pub mod scrape;
 pub mod served_models;

@@ -8,9 +8,9 @@ use arc_swap::ArcSwap;
 use rustls_pki_types::ServerName;
 
 use super::predict::LatencyEstimate;
+use super::replica_health::ReplicaHealth;
 use crate::gateway::config::{Placement, ReplicaConfig};
-use crate::gateway::health::ReplicaHealth;
-use crate::gateway::upstream_tls;
+use crate::gateway::tls::upstream as upstream_tls;
 
 /// A replica and its load.
 #[derive(Debug)]

@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 
 use super::replica::{Replica, ReportedLoad};
 use super::served_models;
-use crate::gateway::upstream_tls::UpstreamTls;
+use crate::gateway::tls::upstream::UpstreamTls;
 
 type ScrapeClient = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;
 

@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 use super::replica::Replica;
 use super::scrape;
 use crate::gateway::config::ReplicaConfig;
-use crate::gateway::upstream_tls::UpstreamTls;
+use crate::gateway::tls::upstream::UpstreamTls;
 
 /// Where a list of replicas came from, in merge order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -17,9 +17,9 @@ use http::HeaderMap;
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
-use crate::gateway::admission::fair_order::Flow;
-use crate::gateway::auth::bearer;
+use crate::gateway::config::Flow;
 use crate::gateway::config::{TenantConfig, TenantLimits};
+use crate::gateway::secrets::bearer;
 use bucket::Bucket;
 pub use headers::RateLimitHeaders;
 pub use metrics::TenantMetrics;

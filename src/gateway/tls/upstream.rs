@@ -20,7 +20,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-use crate::gateway::tls::{TlsError, read_certs};
+use super::server::{TlsError, read_certs};
 
 /// `[upstream_tls]` as written.
 #[derive(Debug, Default, Deserialize)]

@@ -3,25 +3,25 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
-use super::clock::now_micros;
+use crate::gateway::clock::now_micros;
 
 /// Whether a replica is in rotation, and why not.
 #[derive(Debug, Default)]
 pub struct ReplicaHealth {
     /// Observed failures in a row (connect errors, resets, 5xx, timeouts).
-    pub(super) consecutive_failures: AtomicU32,
+    pub(crate) consecutive_failures: AtomicU32,
     /// Ejected until this instant ([`now_micros`] scale); 0 when never ejected.
-    pub(super) ejected_until: AtomicU64,
+    pub(crate) ejected_until: AtomicU64,
     /// Ejections so far, which lengthen the next one; decays while the replica is healthy.
-    pub(super) ejections: AtomicU32,
+    pub(crate) ejections: AtomicU32,
     /// The active checks found it down.
-    pub(super) check_down: AtomicBool,
+    pub(crate) check_down: AtomicBool,
     /// Active checks passed in a row.
-    pub(super) check_streak: AtomicU32,
+    pub(crate) check_streak: AtomicU32,
     /// Active checks failed in a row.
-    pub(super) check_failures: AtomicU32,
+    pub(crate) check_failures: AtomicU32,
     /// What the last health report said, so changes are logged once.
-    pub(super) reported_out: AtomicBool,
+    pub(crate) reported_out: AtomicBool,
 }
 
 impl ReplicaHealth {
