@@ -7,30 +7,25 @@
 //! at SLO per fault unit; [`admin`] serves
 //! `/metrics`, `/health`, the admin API and the status page.
 
-pub mod access_log;
 pub mod admin;
 pub mod admission;
 pub mod body;
-pub mod canary_actions;
 pub mod capacity;
 pub mod classify;
 pub mod clock;
 pub mod config;
-pub mod demo;
 pub mod discovery;
 pub mod error;
 pub mod forward;
+pub mod headers;
 pub mod health;
 pub mod listen;
 pub mod observe;
 pub mod pick;
 pub mod quota;
-pub mod reload;
-pub mod request_id;
 pub mod secrets;
 pub mod state;
 pub mod tls;
-pub mod variants;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -44,9 +39,11 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use config::GatewayConfig;
+use config::demo;
 pub use config::{Entry, Strategy};
 use listen::ListenerRole;
-use reload::{LiveState, ReloadError, Reloader};
+use state::canary_actions;
+use state::reload::{self, LiveState, ReloadError, Reloader};
 use state::{GatewayState, Shared};
 
 /// `laneway serve` arguments.

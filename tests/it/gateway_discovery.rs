@@ -15,7 +15,7 @@ use axum::Router;
 use axum::routing::get;
 use futures_util::future::BoxFuture;
 use laneway::gateway::GatewayHandle;
-use laneway::gateway::discovery::{DnsDiscovery, KubernetesDiscovery, Resolver};
+use laneway::gateway::config::{DnsDiscovery, KubernetesDiscovery, Resolver};
 use laneway::sim::SimHandle;
 use tokio::task::JoinHandle;
 

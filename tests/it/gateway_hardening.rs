@@ -18,7 +18,7 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use laneway::gateway::GatewayHandle;
 use laneway::gateway::config::ApiKeys;
-use laneway::gateway::discovery::{DnsDiscovery, Resolver};
+use laneway::gateway::config::{DnsDiscovery, Resolver};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

@@ -10,7 +10,7 @@ use crate::support::gateway::*;
 use crate::support::tls::{TestCa, start_front, temp_dir};
 use futures_util::future::BoxFuture;
 use laneway::gateway::config::ReplicaConfig;
-use laneway::gateway::discovery::{DnsDiscovery, Resolver};
+use laneway::gateway::config::{DnsDiscovery, Resolver};
 use laneway::gateway::tls::upstream::{ClientIdentity, UpstreamTlsConfig};
 use laneway::gateway::{Entry, GatewayConfig, GatewayHandle, Strategy};
 

@@ -332,7 +332,8 @@ async fn sighup_reloads_the_config_file() {
         sims[1].addr()
     );
     std::fs::write(&path, file).unwrap();
-    let handler = laneway::gateway::reload::spawn_sighup(gateway.reloader(), path.clone()).unwrap();
+    let handler =
+        laneway::gateway::state::reload::spawn_sighup(gateway.reloader(), path.clone()).unwrap();
     let pid = std::process::id().to_string();
     let status = std::process::Command::new("kill").args(["-HUP", &pid]).status().unwrap();
     assert!(status.success());

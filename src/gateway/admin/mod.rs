@@ -20,8 +20,8 @@ use axum::routing::{get, post, put};
 use crate::gateway::capacity::CapacityReport;
 use crate::gateway::config::reliability::NO_REPLICA_LIMIT;
 use crate::gateway::health::headroom;
-use crate::gateway::reload::LiveState;
 use crate::gateway::state::GatewayState;
+use crate::gateway::state::reload::LiveState;
 use crate::openai::ApiError;
 use auth::{Access, authorize};
 

@@ -15,7 +15,7 @@ use super::{Authorized, Reader, Writer, error_response};
 use crate::canary::render_text;
 use crate::gateway::config::Entry;
 use crate::gateway::state::GatewayState;
-use crate::gateway::variants::EntryVariants;
+use crate::gateway::state::variants::EntryVariants;
 use crate::openai::{ApiError, ErrorKind};
 
 /// The body of `PUT /admin/variants/{entry}`.

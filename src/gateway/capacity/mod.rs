@@ -27,7 +27,7 @@ use tokio::task::JoinHandle;
 use crate::canary::Slo;
 use crate::gateway::config::GatewayConfig;
 use crate::gateway::pick::Replica;
-use crate::gateway::reload::LiveState;
+use crate::gateway::state::reload::LiveState;
 use learn::{CapacityLearner, WindowCounts};
 use units::{ReplicaCapacity, WhatIf};
 

@@ -8,10 +8,10 @@ use std::time::Duration;
 use http::HeaderMap;
 use http::header::HeaderName;
 
+use crate::gateway::headers::{SLO_TPOT_MS, SLO_TTFT_MS};
+
 use crate::gateway::config::EntrySlo;
 
-pub const TTFT_HEADER: HeaderName = HeaderName::from_static("x-laneway-slo-ttft-ms");
-pub const TPOT_HEADER: HeaderName = HeaderName::from_static("x-laneway-slo-tpot-ms");
 const MAX_MS: u64 = 3_600_000;
 
 /// Why a request's SLO header was refused.
@@ -24,8 +24,8 @@ pub struct BadSloHeader {
 
 /// The entry's `slo` tightened by the request's headers.
 pub fn request_slo(entry: EntrySlo, headers: &HeaderMap) -> Result<EntrySlo, BadSloHeader> {
-    let ttft = limit(headers, &TTFT_HEADER, "x-laneway-slo-ttft-ms")?;
-    let tpot = limit(headers, &TPOT_HEADER, "x-laneway-slo-tpot-ms")?;
+    let ttft = limit(headers, &SLO_TTFT_MS, "x-laneway-slo-ttft-ms")?;
+    let tpot = limit(headers, &SLO_TPOT_MS, "x-laneway-slo-tpot-ms")?;
     Ok(entry.tightened(ttft, tpot))
 }
 
@@ -68,15 +68,15 @@ mod tests {
         let entry = EntrySlo::default();
         assert_eq!(request_slo(entry, &HeaderMap::new()), Ok(entry));
         let tighter =
-            request_slo(entry, &headers(&[(&TTFT_HEADER, "250"), (&TPOT_HEADER, " 20 ")]));
+            request_slo(entry, &headers(&[(&SLO_TTFT_MS, "250"), (&SLO_TPOT_MS, " 20 ")]));
         assert_eq!(
             tighter,
             Ok(EntrySlo { ttft: Duration::from_millis(250), tpot: Duration::from_millis(20) })
         );
-        let looser = request_slo(entry, &headers(&[(&TTFT_HEADER, "5000")])).unwrap();
+        let looser = request_slo(entry, &headers(&[(&SLO_TTFT_MS, "5000")])).unwrap();
         assert_eq!(looser.ttft, entry.ttft);
         // Repeats that agree are one value.
-        let repeated = headers(&[(&TPOT_HEADER, "30"), (&TPOT_HEADER, "30")]);
+        let repeated = headers(&[(&SLO_TPOT_MS, "30"), (&SLO_TPOT_MS, "30")]);
         assert_eq!(request_slo(entry, &repeated).unwrap().tpot, Duration::from_millis(30));
     }
 
@@ -84,10 +84,10 @@ mod tests {
     fn bad_values_are_refused_with_the_header_named() {
         for value in ["0", "-5", "1.5", "abc", "", "+10", "3600001", "99999999999999999999"] {
             let error =
-                request_slo(EntrySlo::default(), &headers(&[(&TTFT_HEADER, value)])).unwrap_err();
+                request_slo(EntrySlo::default(), &headers(&[(&SLO_TTFT_MS, value)])).unwrap_err();
             assert_eq!(error.header, "x-laneway-slo-ttft-ms", "{value:?}");
         }
-        let disagree = headers(&[(&TPOT_HEADER, "30"), (&TPOT_HEADER, "40")]);
+        let disagree = headers(&[(&SLO_TPOT_MS, "30"), (&SLO_TPOT_MS, "40")]);
         let error = request_slo(EntrySlo::default(), &disagree).unwrap_err();
         assert_eq!((error.header, error.value.as_str()), ("x-laneway-slo-tpot-ms", "40"));
     }

@@ -5,6 +5,8 @@
 pub mod auth;
 mod canary;
 mod capacity;
+pub mod demo;
+pub mod discovery;
 mod entry;
 mod models;
 mod prefix;
@@ -19,14 +21,13 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::gateway::discovery::DiscoveryConfig;
-
 use crate::gateway::tls::TlsConfig;
 use crate::gateway::tls::upstream::UpstreamTlsConfig;
 
 pub use auth::ApiKeys;
 pub use canary::{AdminConfig, CanaryConfig, DEFAULT_VARIANT_NAME, PoolConfig, VariantConfig};
 pub use capacity::{CapacityConfig, Placement};
+pub use discovery::{DiscoveryConfig, DnsDiscovery, KubernetesDiscovery, Resolver};
 pub use entry::{Entry, Strategy, UnknownEntry};
 pub use models::{ModelsConfig, UnknownModel};
 pub use prefix::PrefixConfig;

@@ -34,7 +34,7 @@ pub struct RawConfig {
     pub auth: Option<super::auth::RawAuth>,
     pub upstream_tls: Option<crate::gateway::tls::upstream::RawUpstreamTls>,
     #[serde(default)]
-    pub discovery: crate::gateway::discovery::RawDiscovery,
+    pub discovery: super::discovery::RawDiscovery,
     #[serde(default)]
     pub health: RawHealth,
     #[serde(default)]

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::ApiKeys;
+use super::DiscoveryConfig;
 use super::Strategy;
 use super::canary;
 use super::capacity;
@@ -15,7 +16,6 @@ use super::raw::{RawConfig, RawEntries, RawEntry, RawReplica};
 use super::reliability::{self, Ranges, RawReliability, ReliabilityConfig};
 use super::tenants;
 use super::{DebugAccess, EntryConfig, GatewayConfig, PolicyKind, ReplicaConfig};
-use crate::gateway::discovery::DiscoveryConfig;
 use crate::gateway::tls::TlsConfig;
 use crate::gateway::tls::upstream::UpstreamTlsConfig;
 

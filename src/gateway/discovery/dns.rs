@@ -2,121 +2,14 @@
 //! ready pods) resolved every interval; each address is a replica on the configured port,
 //! named `ip:port`. The resolver is a trait so tests can script the answers.
 
-use std::fmt;
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
-
-use futures_util::future::BoxFuture;
-use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::{Discovered, Source};
-use crate::gateway::config::ReplicaConfig;
+use crate::gateway::config::{DnsDiscovery, ReplicaConfig};
 
-/// `[discovery.dns]` as written.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawDns {
-    pub name: Option<String>,
-    pub port: Option<u16>,
-    pub interval_ms: Option<u64>,
-    /// Reach the addresses over TLS; their certificates must name the IP (an IP SAN).
-    pub https: Option<bool>,
-}
-
-/// Resolves a name to addresses.
-pub trait Resolver: Send + Sync + 'static {
-    fn resolve<'a>(
-        &'a self,
-        name: &'a str,
-        port: u16,
-    ) -> BoxFuture<'a, std::io::Result<Vec<SocketAddr>>>;
-}
-
-/// The system's resolver (`getaddrinfo` through tokio).
-#[derive(Debug, Default)]
-pub struct SystemResolver;
-
-/// The one shared [`SystemResolver`]: configs compare resolvers by pointer, so a reload of
-/// an unchanged `[discovery.dns]` equals the running one and does not restart it.
-fn system_resolver() -> Arc<dyn Resolver> {
-    static SYSTEM: std::sync::OnceLock<Arc<dyn Resolver>> = std::sync::OnceLock::new();
-    SYSTEM.get_or_init(|| Arc::new(SystemResolver)).clone()
-}
-
-impl Resolver for SystemResolver {
-    fn resolve<'a>(
-        &'a self,
-        name: &'a str,
-        port: u16,
-    ) -> BoxFuture<'a, std::io::Result<Vec<SocketAddr>>> {
-        Box::pin(async move { Ok(tokio::net::lookup_host((name, port)).await?.collect()) })
-    }
-}
-
-/// A validated DNS source.
-#[derive(Clone)]
-pub struct DnsDiscovery {
-    pub name: String,
-    pub port: u16,
-    pub interval: Duration,
-    /// `https = true`: TLS to each address, verified against the IP.
-    pub https: bool,
-    pub resolver: Arc<dyn Resolver>,
-}
-
-impl fmt::Debug for DnsDiscovery {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DnsDiscovery")
-            .field("name", &self.name)
-            .field("port", &self.port)
-            .field("interval", &self.interval)
-            .field("https", &self.https)
-            .finish_non_exhaustive()
-    }
-}
-
-impl PartialEq for DnsDiscovery {
-    fn eq(&self, other: &Self) -> bool {
-        self.name == other.name
-            && self.port == other.port
-            && self.interval == other.interval
-            && self.https == other.https
-            && Arc::ptr_eq(&self.resolver, &other.resolver)
-    }
-}
-
+// The source is config (validated once); resolving it is this module's.
 impl DnsDiscovery {
-    pub fn new(name: impl Into<String>, port: u16, interval: Duration) -> Self {
-        Self { name: name.into(), port, interval, https: false, resolver: system_resolver() }
-    }
-
-    pub fn from_raw(raw: &RawDns) -> Result<Self, Vec<(String, String)>> {
-        let mut issues = Vec::new();
-        let name = raw.name.clone().unwrap_or_default();
-        if name.is_empty() {
-            issues.push(("discovery.dns.name".into(), "is required".into()));
-        }
-        let port = raw.port.unwrap_or(0);
-        if port == 0 {
-            issues.push(("discovery.dns.port".into(), "is required (1..=65535)".into()));
-        }
-        let interval_ms = raw.interval_ms.unwrap_or(5000);
-        if !(100..=3_600_000).contains(&interval_ms) {
-            issues.push((
-                "discovery.dns.interval_ms".into(),
-                format!("{interval_ms} is out of range 100..=3600000"),
-            ));
-        }
-        if !issues.is_empty() {
-            return Err(issues);
-        }
-        let source = Self::new(name, port, Duration::from_millis(interval_ms));
-        Ok(Self { https: raw.https.unwrap_or(false), ..source })
-    }
-
     /// One resolution, as replicas (sorted, so that equal answers compare equal).
     pub async fn discover(&self) -> std::io::Result<Vec<ReplicaConfig>> {
         let mut addrs = self.resolver.resolve(&self.name, self.port).await?;
@@ -161,6 +54,8 @@ pub fn spawn(source: DnsDiscovery, sets: mpsc::Sender<Discovered>) -> JoinHandle
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gateway::config::discovery::RawDns;
+    use std::time::Duration;
 
     #[tokio::test]
     async fn localhost_resolves_to_loopback_replicas() {

@@ -1,7 +1,8 @@
 //! Replica discovery beyond the static list: a DNS name resolved periodically ([`dns`],
 //! e.g. a headless Service) and Kubernetes EndpointSlices by label selector
-//! ([`kubernetes`], with fault units from slice metadata: [`fault_units`]). Every source reports whole lists and submits them to the one owner of
-//! the replica set ([`crate::gateway::pick::ReplicaSet`]), which merges them with the static
+//! ([`kubernetes`], with fault units from slice metadata: [`fault_units`]), run from their
+//! validated `[discovery]` config. Every source reports whole lists and submits them to
+//! the one owner of the replica set ([`crate::gateway::pick::ReplicaSet`]), which merges them with the static
 //! list and keeps the load counters of replicas that stay. A source that fails keeps its
 //! last good list: a DNS hiccup must not empty the fleet.
 
@@ -11,47 +12,11 @@ pub mod kubernetes;
 
 use std::sync::Arc;
 
-use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::gateway::config::ReplicaConfig;
+use crate::gateway::config::{DiscoveryConfig, ReplicaConfig};
 use crate::gateway::pick::{ReplicaSet, Source};
-pub use dns::{DnsDiscovery, Resolver, SystemResolver};
-pub use kubernetes::KubernetesDiscovery;
-
-/// `[discovery]` as written.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawDiscovery {
-    pub dns: Option<dns::RawDns>,
-    pub kubernetes: Option<kubernetes::RawKubernetes>,
-}
-
-/// The validated discovery sources; both may be on, on top of the static replicas.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct DiscoveryConfig {
-    pub dns: Option<DnsDiscovery>,
-    pub kubernetes: Option<KubernetesDiscovery>,
-}
-
-impl DiscoveryConfig {
-    /// Validates `[discovery]`; every bad field as (path, message).
-    pub fn from_raw(raw: &RawDiscovery) -> Result<Self, Vec<(String, String)>> {
-        let mut issues = Vec::new();
-        let dns = raw.dns.as_ref().and_then(|raw| {
-            DnsDiscovery::from_raw(raw).map_err(|mut found| issues.append(&mut found)).ok()
-        });
-        let kubernetes = raw.kubernetes.as_ref().and_then(|raw| {
-            KubernetesDiscovery::from_raw(raw).map_err(|mut found| issues.append(&mut found)).ok()
-        });
-        if issues.is_empty() { Ok(Self { dns, kubernetes }) } else { Err(issues) }
-    }
-
-    pub fn is_active(&self) -> bool {
-        self.dns.is_some() || self.kubernetes.is_some()
-    }
-}
 
 /// A source's latest complete view.
 pub type Discovered = (Source, Vec<ReplicaConfig>);

@@ -32,9 +32,6 @@ impl Drop for DebugSlot {
     }
 }
 
-/// Header naming the replica on a debug listener (and reporting it on every response).
-pub const REPLICA_HEADER: &str = "x-laneway-replica";
-
 /// Splits `/debug/{replica}/{rest}?query` into the replica's name and `/{rest}?query`.
 pub fn split_debug_path(path_and_query: &PathAndQuery) -> Option<(&str, PathAndQuery)> {
     let rest = path_and_query.path().strip_prefix("/debug/")?;

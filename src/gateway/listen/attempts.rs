@@ -25,7 +25,7 @@ use crate::gateway::pick::prefix::PrefixFeedback;
 use crate::gateway::pick::{InFlightGuard, PromptKey, PromptPick, Replica, RequestShape};
 use crate::gateway::quota::QuotaTicket;
 use crate::gateway::state::GatewayState;
-use crate::gateway::variants::Variant;
+use crate::gateway::state::variants::Variant;
 use crate::openai::InferenceRequest;
 use crate::openai::request::Endpoint;
 

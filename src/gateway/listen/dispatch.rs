@@ -17,8 +17,7 @@ use tracing::Instrument;
 use super::ListenerRole;
 use super::attempts::{self, Forwarding};
 use super::body_deadline::{BodyTimedOut, DeadlineBody};
-use super::respond::{ENTRY_HEADER, Proxied, REPLICA_HEADER, respond, tag};
-use crate::gateway::access_log::{self, AccessContext, AccessRecord};
+use super::respond::{Proxied, respond, tag};
 use crate::gateway::admission::HeldBody;
 use crate::gateway::body::{ProxyBody, boxed};
 use crate::gateway::classify::{self, Classification, ClassifyMethod, model_name};
@@ -26,9 +25,11 @@ use crate::gateway::config::Entry;
 use crate::gateway::config::{DEFAULT_BAND, Flow, MAX_BAND};
 use crate::gateway::error::GatewayError;
 use crate::gateway::forward::debug::{DebugSlot, split_debug_path};
+use crate::gateway::headers;
+use crate::gateway::listen::request_id;
 use crate::gateway::observe::DEFAULT_VARIANT;
+use crate::gateway::observe::access_log::{self, AccessContext, AccessRecord};
 use crate::gateway::pick::{InFlightGuard, Replica, RequestShape, serving};
-use crate::gateway::request_id::{self, REQUEST_ID_HEADER};
 use crate::gateway::state::GatewayState;
 use crate::openai::request::Endpoint;
 
@@ -62,7 +63,7 @@ pub async fn dispatch(
         // Without the access log the request needs no task-local context at all.
         None => serve_request(state, role, request).instrument(span).await,
     };
-    response.headers_mut().insert(REQUEST_ID_HEADER, id);
+    response.headers_mut().insert(headers::REQUEST_ID, id);
     response
 }
 
@@ -146,7 +147,8 @@ enum Route {
 
 fn route(role: ListenerRole, request: &Request<Incoming>) -> Route {
     let path = request.uri().path();
-    let asks_debug = request.headers().get(ENTRY_HEADER).is_some_and(|v| v.as_bytes() == b"debug");
+    let asks_debug =
+        request.headers().get(headers::ENTRY).is_some_and(|v| v.as_bytes() == b"debug");
     if role == ListenerRole::Entry(Entry::Debug) || path.starts_with("/debug/") || asks_debug {
         return Route::Debug;
     }
@@ -298,16 +300,13 @@ async fn pick_and_forward(
 
 /// The band `x-laneway-priority` asks for (0..=9), if any.
 fn priority_band(headers: &http::HeaderMap) -> Result<Option<u8>, GatewayError> {
-    let Some(value) = headers.get(PRIORITY_HEADER) else { return Ok(None) };
+    let Some(value) = headers.get(headers::PRIORITY) else { return Ok(None) };
     let band = value.to_str().ok().and_then(|text| text.trim().parse::<u8>().ok());
     match band {
         Some(band) if band <= MAX_BAND => Ok(Some(band)),
         _ => Err(GatewayError::BadHeader("x-laneway-priority")),
     }
 }
-
-/// The header a request names its priority band in.
-const PRIORITY_HEADER: &str = "x-laneway-priority";
 
 /// The entry fixed before reading the body: by dedicated listener, else by header.
 fn named_entry(
@@ -317,11 +316,11 @@ fn named_entry(
     if let ListenerRole::Entry(entry) = role {
         return Ok(Some((entry, ClassifyMethod::Listener)));
     }
-    let Some(value) = request.headers().get(ENTRY_HEADER) else {
+    let Some(value) = request.headers().get(headers::ENTRY) else {
         return Ok(None);
     };
     // Repeats that disagree could be read differently by another proxy on the path.
-    if request.headers().get_all(ENTRY_HEADER).iter().any(|other| other != value) {
+    if request.headers().get_all(headers::ENTRY).iter().any(|other| other != value) {
         return Err(GatewayError::BadHeader("x-laneway-entry"));
     }
     let name = value.to_str().map_err(|_| GatewayError::BadHeader("x-laneway-entry"))?;
@@ -399,7 +398,7 @@ fn debug_target(
     {
         return Ok((name.to_string(), Some(path)));
     }
-    let name = request.headers().get(REPLICA_HEADER).ok_or(GatewayError::MissingReplica)?;
+    let name = request.headers().get(headers::REPLICA).ok_or(GatewayError::MissingReplica)?;
     let name = name.to_str().map_err(|_| GatewayError::BadHeader("x-laneway-replica"))?;
     Ok((name.to_string(), None))
 }

@@ -7,6 +7,7 @@ mod body_deadline;
 pub mod connection;
 pub mod dispatch;
 mod models;
+pub mod request_id;
 mod respond;
 
 use std::convert::Infallible;
@@ -29,7 +30,7 @@ use crate::gateway::admission::HeldBody;
 use crate::gateway::config::Entry;
 use crate::gateway::config::GatewayConfig;
 use crate::gateway::forward::request::KEEP_ALIVE;
-use crate::gateway::reload::LiveState;
+use crate::gateway::state::reload::LiveState;
 use crate::gateway::tls;
 
 /// What a listener serves.

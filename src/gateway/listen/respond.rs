@@ -4,14 +4,16 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use http::header::{CONTENT_TYPE, HeaderName, HeaderValue};
+use http::header::{CONTENT_TYPE, HeaderValue};
 use http::{HeaderMap, Response};
+
+use crate::gateway::headers::{ENTRY, REPLICA, STRATEGY, VARIANT};
 use hyper::body::Incoming;
 
-use crate::gateway::access_log;
 use crate::gateway::body::{ProxyBody, boxed};
 use crate::gateway::config::{Entry, Strategy};
 use crate::gateway::forward::request::strip_hop_by_hop;
+use crate::gateway::observe::access_log;
 use crate::gateway::observe::{
     BodyKind, ObservedBody, Recorder, RequestLabels, StreamWatchdog, status_class,
 };
@@ -21,11 +23,6 @@ use crate::gateway::pick::prefix::PrefixFeedback;
 use crate::gateway::quota::QuotaTicket;
 use crate::gateway::state::GatewayState;
 
-pub const ENTRY_HEADER: HeaderName = HeaderName::from_static("x-laneway-entry");
-pub const REPLICA_HEADER: HeaderName = HeaderName::from_static("x-laneway-replica");
-pub const STRATEGY_HEADER: HeaderName = HeaderName::from_static("x-laneway-strategy");
-pub const VARIANT_HEADER: HeaderName = HeaderName::from_static("x-laneway-variant");
-
 /// Adds the headers that tell a client where its request went.
 pub fn tag(
     headers: &mut HeaderMap,
@@ -34,14 +31,14 @@ pub fn tag(
     variant: &str,
     replica: Option<&str>,
 ) {
-    headers.insert(ENTRY_HEADER, HeaderValue::from_static(entry.as_str()));
-    headers.insert(STRATEGY_HEADER, HeaderValue::from_static(strategy.as_str()));
+    headers.insert(ENTRY, HeaderValue::from_static(entry.as_str()));
+    headers.insert(STRATEGY, HeaderValue::from_static(strategy.as_str()));
     // Variant names are validated as plain ASCII, so the conversion cannot fail.
     if let Ok(value) = HeaderValue::from_str(variant) {
-        headers.insert(VARIANT_HEADER, value);
+        headers.insert(VARIANT, value);
     }
     if let Some(value) = replica.and_then(|name| HeaderValue::from_str(name).ok()) {
-        headers.insert(REPLICA_HEADER, value);
+        headers.insert(REPLICA, value);
     }
 }
 

@@ -1,6 +1,7 @@
 //! Phase 4, observe: watches every proxied response as it streams (TTFT, inter-token gaps,
 //! TPOT, E2E, tokens) and exports the gateway's Prometheus metrics.
 
+pub mod access_log;
 pub mod body;
 pub mod metrics;
 pub mod recorder;

@@ -10,8 +10,8 @@ use prometheus::Histogram;
 
 use super::metrics::GatewayMetrics;
 use crate::canary::{self, CanaryRecorder, Slo};
-use crate::gateway::access_log::{self, AccessContext, AccessRecord};
 use crate::gateway::config::{Entry, Strategy};
+use crate::gateway::observe::access_log::{self, AccessContext, AccessRecord};
 use crate::gateway::pick::Replica;
 use crate::gateway::pick::predict::LatencyProbe;
 use crate::gateway::pick::prefix::PrefixFeedback;

@@ -15,8 +15,9 @@ use arc_swap::ArcSwap;
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
+use crate::gateway::config::DiscoveryConfig;
 use crate::gateway::config::{ConfigError, GatewayConfig};
-use crate::gateway::discovery::{self, DiscoveryConfig};
+use crate::gateway::discovery;
 use crate::gateway::pick::{Picker, Replica, ReplicaSet, Source};
 use crate::gateway::state::GatewayState;
 

@@ -14,8 +14,8 @@ use tokio::task::JoinHandle;
 
 use crate::canary::{CanaryAction, CandidateDecision, Decision};
 use crate::gateway::config::Entry;
-use crate::gateway::reload::LiveState;
 use crate::gateway::state::GatewayState;
+use crate::gateway::state::reload::LiveState;
 
 /// Watches the verdicts until the gateway stops.
 pub fn spawn(live: Arc<LiveState>, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {

@@ -7,9 +7,9 @@ use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use http::HeaderMap;
-use http::header::{HeaderName, HeaderValue};
+use http::header::HeaderValue;
 
-pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
+use crate::gateway::headers::REQUEST_ID;
 
 /// Longest id accepted from a client; a longer one is replaced, so logs stay bounded.
 const MAX_CLIENT_ID_BYTES: usize = 128;
@@ -26,13 +26,13 @@ pub fn create() -> HeaderValue {
 /// The request's id: the client's if it sent a usable one, else a new one written into
 /// `headers` so that the replica sees the same id.
 pub fn accept_or_create(headers: &mut HeaderMap) -> HeaderValue {
-    if let Some(value) = headers.get(&REQUEST_ID_HEADER)
+    if let Some(value) = headers.get(&REQUEST_ID)
         && usable(value)
     {
         return value.clone();
     }
     let id = create();
-    headers.insert(REQUEST_ID_HEADER, id.clone());
+    headers.insert(REQUEST_ID, id.clone());
     id
 }
 
@@ -56,12 +56,12 @@ mod tests {
     #[test]
     fn keeps_a_client_id_and_replaces_a_bad_one() {
         let mut headers = HeaderMap::new();
-        headers.insert(REQUEST_ID_HEADER, HeaderValue::from_static("abc-123"));
+        headers.insert(REQUEST_ID, HeaderValue::from_static("abc-123"));
         assert_eq!(accept_or_create(&mut headers), "abc-123");
-        headers.insert(REQUEST_ID_HEADER, HeaderValue::from_static("has space"));
+        headers.insert(REQUEST_ID, HeaderValue::from_static("has space"));
         let made = accept_or_create(&mut headers);
         assert!(made.to_str().unwrap().starts_with("lw-"));
-        assert_eq!(headers[REQUEST_ID_HEADER], made);
+        assert_eq!(headers[REQUEST_ID], made);
     }
 
     #[test]

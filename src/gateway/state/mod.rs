@@ -1,8 +1,13 @@
-//! What every request handler shares: the validated config, the picker, one connector per
-//! entry, the canary variants, and the metrics. Read-only once built: a reload builds a
-//! new state (see [`crate::gateway::reload`]) that keeps the [`Shared`] parts and the
-//! replicas by name; what changes between reloads (load figures, drain flags, variant
-//! weights) is atomic or `ArcSwap`.
+//! The running gateway's state: what every request handler shares (the validated config,
+//! the picker, one connector per entry, the canary [`variants`], the metrics), and how it
+//! changes. Read-only once built: a [`reload`] builds a new state that keeps the [`Shared`]
+//! parts and the replicas by name, and [`canary_actions`] change variant weights on
+//! verdicts; what changes between reloads (load figures, drain flags, variant weights) is
+//! atomic or `ArcSwap`.
+
+pub mod canary_actions;
+pub mod reload;
+pub mod variants;
 
 use std::sync::Arc;
 
@@ -18,8 +23,8 @@ use crate::gateway::health::{HealthTracker, ReliabilityMetrics};
 use crate::gateway::observe::GatewayMetrics;
 use crate::gateway::pick::{Picker, PrefixRouter};
 use crate::gateway::quota::{TenantMetrics, Tenants};
+use crate::gateway::state::variants::Variants;
 use crate::gateway::tls::upstream::UpstreamTls;
-use crate::gateway::variants::Variants;
 
 /// The parts that outlive a reload: counters, queues and budgets must not restart at zero.
 #[derive(Clone)]

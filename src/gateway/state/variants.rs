@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use arc_swap::ArcSwap;
 use http::{HeaderMap, HeaderName};
 
+use crate::gateway::headers;
+
 use crate::canary::{AssignError, Layout, VariantTable, WeightedVariant};
 use crate::gateway::config::{Entry, Strategy};
 use crate::gateway::config::{EntryConfig, GatewayConfig};
@@ -16,9 +18,6 @@ use crate::gateway::forward::Connector;
 use crate::gateway::observe::GatewayMetrics;
 use crate::gateway::pick::{Picker, Policy, PromptPick, Replica, RequestShape, new_policy};
 use crate::gateway::tls::upstream::UpstreamTls;
-
-/// The header a request id is read from when no sticky header is configured or present.
-pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
 
 /// One way of serving an entry's requests.
 pub struct Variant {
@@ -191,7 +190,7 @@ impl Variants {
         self.sticky_header
             .as_ref()
             .and_then(from)
-            .or_else(|| from(&REQUEST_ID_HEADER))
+            .or_else(|| from(&headers::REQUEST_ID))
             .unwrap_or_else(|| {
                 let n = self.anonymous.fetch_add(1, Ordering::Relaxed);
                 format!("request-{n}").into_bytes()
