@@ -10,11 +10,13 @@
 //! - [`canary`]: live comparison of entry strategies and replica pools (variants).
 //! - [`openai`]: the wire format all three share (request bodies, errors, SSE scanning).
 //! - [`tokens`]: the prompt-length estimator all three share.
+//! - [`error_chain`]: an error with its causes on one line, for logs and reports.
 //! - [`prompt_tokens`]: prompt token ids and KV-block hashes, shared by the simulator's
 //!   prefix cache and the gateway's prefix index.
 
 pub mod bench;
 pub mod canary;
+pub mod error_chain;
 pub mod gateway;
 pub mod openai;
 pub mod prompt_tokens;

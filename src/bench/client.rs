@@ -19,6 +19,7 @@ use crate::tokens::{CHAT_TOKENS_PER_MESSAGE, synthetic_text};
 use super::record::{Outcome, RequestRecord};
 use super::timing::StreamTimer;
 use super::workload::Shape;
+use crate::error_chain::ErrorChain;
 
 /// Body bytes of an error response kept for nothing but draining: enough to free the
 /// connection for reuse without reading an unbounded body.
@@ -200,7 +201,7 @@ pub async fn send_streaming(
         let request = template.request(index, body, options.session);
         let response = match client.request(request).await {
             Ok(response) => response,
-            Err(error) => return (Outcome::Connect(error_chain(&error)), None, None),
+            Err(error) => return (Outcome::Connect(ErrorChain(&error).to_string()), None, None),
         };
         let status = response.status();
         if !status.is_success() {
@@ -269,7 +270,7 @@ pub async fn send_plain(
     record.e2e = sent.elapsed();
     record.outcome = match result {
         Err(_) => Outcome::Timeout,
-        Ok(Err(error)) => Outcome::Connect(error_chain(&error)),
+        Ok(Err(error)) => Outcome::Connect(ErrorChain(&error).to_string()),
         Ok(Ok((status, complete))) => {
             record.status = Some(status);
             if !(200..300).contains(&status) {
@@ -293,17 +294,4 @@ async fn drain(mut body: hyper::body::Incoming) {
             _ => break,
         }
     }
-}
-
-/// The error with its causes, because hyper's top-level message ("client error
-/// (Connect)") alone does not say what went wrong.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
 }

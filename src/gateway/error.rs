@@ -3,8 +3,10 @@
 
 use http::Response;
 
+use crate::error_chain::ErrorChain;
 use crate::gateway::body::{BoxError, ProxyBody, boxed};
 use crate::gateway::config::UnknownEntry;
+use crate::gateway::health::FailureReason;
 use crate::gateway::secrets::AuthError;
 use crate::openai::{ApiError, ErrorKind, RequestParseError};
 
@@ -63,7 +65,7 @@ pub enum GatewayError {
     #[error("no replica is available (none configured, or all drained)")]
     NoReplica,
     /// Upstream: the connection could not be made; nothing was sent, so retry is allowed.
-    #[error("cannot connect to replica `{replica}`: {source}")]
+    #[error("cannot connect to replica `{replica}`: {}", ErrorChain(source.as_ref()))]
     UpstreamConnect {
         replica: String,
         #[source]
@@ -72,7 +74,10 @@ pub enum GatewayError {
     /// Upstream: the connection closed before any response byte (the replica died or
     /// restarted). It produced nothing the client could have seen, so a retry on another
     /// replica cannot duplicate output (HAProxy's `retry-on empty-response`).
-    #[error("replica `{replica}` closed the connection before answering: {source}")]
+    #[error(
+        "replica `{replica}` closed the connection before answering: {}",
+        ErrorChain(source.as_ref())
+    )]
     UpstreamClosed {
         replica: String,
         #[source]
@@ -86,7 +91,7 @@ pub enum GatewayError {
     #[error("every replica is saturated; retry in {retry_after_secs} s")]
     Overloaded { retry_after_secs: u64 },
     /// Upstream: the request was sent, the replica did not answer properly.
-    #[error("replica `{replica}` failed: {source}")]
+    #[error("replica `{replica}` failed: {}", ErrorChain(source.as_ref()))]
     UpstreamReset {
         replica: String,
         #[source]
@@ -94,7 +99,62 @@ pub enum GatewayError {
     },
 }
 
+/// Which side of the gateway a failure is on: where an operator looks first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The client's request or credentials (4xx): nothing to fix in the fleet.
+    Client,
+    /// The gateway's own limits or an empty fleet.
+    Gateway,
+    /// A replica failed to connect, answer or finish in time.
+    Replica,
+}
+
+impl Side {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Client => "client",
+            Self::Gateway => "gateway",
+            Self::Replica => "replica",
+        }
+    }
+}
+
 impl GatewayError {
+    pub fn side(&self) -> Side {
+        match self {
+            Self::BadBody(_)
+            | Self::UnknownEntry(_)
+            | Self::BadHeader(_)
+            | Self::BadSlo(_)
+            | Self::MissingReplica
+            | Self::UnknownReplica(_)
+            | Self::ModelNotFound(_)
+            | Self::QuotaExceeded(_)
+            | Self::DebugNotServedHere
+            | Self::PayloadTooLarge { .. }
+            | Self::MethodNotAllowed { .. }
+            | Self::ClientBody(_)
+            | Self::ClientBodyTimeout { .. }
+            | Self::Unauthorized(_) => Side::Client,
+            Self::NoReplica | Self::Overloaded { .. } | Self::DebugBusy { .. } => Side::Gateway,
+            Self::UpstreamConnect { .. }
+            | Self::UpstreamClosed { .. }
+            | Self::UpstreamTimeout { .. }
+            | Self::UpstreamReset { .. } => Side::Replica,
+        }
+    }
+
+    /// What a replica-side failure counts as for passive ejection; `None` off that side.
+    pub fn replica_failure(&self) -> Option<FailureReason> {
+        match self {
+            Self::UpstreamConnect { .. } => Some(FailureReason::Connect),
+            Self::UpstreamTimeout { .. } => Some(FailureReason::Timeout),
+            Self::UpstreamClosed { .. } | Self::UpstreamReset { .. } => Some(FailureReason::Reset),
+            _ => None,
+        }
+    }
+
     /// The `kind` label of `laneway_request_errors_total`.
     pub fn kind_label(&self) -> &'static str {
         match self {
@@ -229,7 +289,25 @@ mod tests {
         ];
         for (error, status, retry) in cases {
             assert_eq!(error.retry_allowed(), retry, "{error}");
+            // Every 4xx but the gateway's own 429 is the client's; 5xx are never the client's.
+            let own_limit = matches!(error, GatewayError::Overloaded { .. });
+            assert_eq!(error.side() == Side::Client, status < 500 && !own_limit, "{error}");
+            assert_eq!(error.side() == Side::Replica, error.replica_failure().is_some(), "{error}");
             assert_eq!(error.into_response().status().as_u16(), status);
         }
+    }
+
+    #[test]
+    fn upstream_errors_show_their_causes() {
+        let cause = std::io::Error::other("certificate expired");
+        let error = GatewayError::UpstreamConnect {
+            replica: "r".into(),
+            source: Box::new(crate::gateway::forward::upstream_error::ConnectError::Tls(cause)),
+        };
+        assert_eq!(
+            error.to_string(),
+            "cannot connect to replica `r`: TLS handshake: certificate expired"
+        );
+        assert_eq!(error.replica_failure(), Some(FailureReason::Connect));
     }
 }

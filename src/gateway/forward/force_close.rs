@@ -14,7 +14,7 @@ use rustls_pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
-use super::upstream_error;
+use super::upstream_error::{self, ConnectError, connect_failed};
 use crate::gateway::body::ProxyBody;
 use crate::gateway::error::GatewayError;
 use crate::gateway::pick::Replica;
@@ -47,9 +47,7 @@ pub async fn connect(
     upstream: Upstream<'_>,
     timeout: Duration,
 ) -> Result<SendRequest<ProxyBody>, GatewayError> {
-    let connect_error = |source: Box<dyn std::error::Error + Send + Sync>| {
-        GatewayError::UpstreamConnect { replica: upstream.name.to_string(), source }
-    };
+    let connect_error = |error| connect_failed(upstream.name, error);
     if let Some((tls, server_name)) = upstream.tls {
         // Boxed: the TLS handshake's state is several kilobytes, and every request future
         // that may open a connection would otherwise carry it, http or not.
@@ -57,10 +55,10 @@ pub async fn connect(
     }
     let stream = tokio::time::timeout(timeout, TcpStream::connect(upstream.authority))
         .await
-        .map_err(|_| connect_error("connect timed out".into()))?
-        .map_err(|error| connect_error(error.into()))?;
+        .map_err(|_| connect_error(ConnectError::TimedOut(timeout)))?
+        .map_err(|error| connect_error(ConnectError::Tcp(error)))?;
     // Tokens are small writes: do not let Nagle hold them back.
-    stream.set_nodelay(true).map_err(|error| connect_error(error.into()))?;
+    stream.set_nodelay(true).map_err(|error| connect_error(ConnectError::Tcp(error)))?;
     handshake(upstream.name, stream).await
 }
 
@@ -71,20 +69,19 @@ async fn connect_tls(
     server_name: &ServerName<'static>,
     timeout: Duration,
 ) -> Result<SendRequest<ProxyBody>, GatewayError> {
-    let connect_error = |source: Box<dyn std::error::Error + Send + Sync>| {
-        GatewayError::UpstreamConnect { replica: upstream.name.to_string(), source }
-    };
+    let connect_error = |error| connect_failed(upstream.name, error);
     let secured = async {
-        let tcp =
-            TcpStream::connect(upstream.authority).await.map_err(|e| connect_error(e.into()))?;
-        tcp.set_nodelay(true).map_err(|error| connect_error(error.into()))?;
+        let tcp = TcpStream::connect(upstream.authority)
+            .await
+            .map_err(|error| connect_error(ConnectError::Tcp(error)))?;
+        tcp.set_nodelay(true).map_err(|error| connect_error(ConnectError::Tcp(error)))?;
         tls.connect(upstream.authority, server_name, tcp)
             .await
-            .map_err(|error| connect_error(format!("TLS handshake: {error}").into()))
+            .map_err(|error| connect_error(ConnectError::Tls(error)))
     };
     let stream = tokio::time::timeout(timeout, secured)
         .await
-        .map_err(|_| connect_error("connect and TLS handshake timed out".into()))??;
+        .map_err(|_| connect_error(ConnectError::TlsTimedOut(timeout)))??;
     handshake(upstream.name, stream).await
 }
 
@@ -93,18 +90,15 @@ async fn handshake<I>(replica: &str, stream: I) -> Result<SendRequest<ProxyBody>
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let connect_error = |source: Box<dyn std::error::Error + Send + Sync>| {
-        GatewayError::UpstreamConnect { replica: replica.to_string(), source }
-    };
-    let (mut sender, connection) = http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|error| connect_error(error.into()))?;
+    let connect_error = |error| connect_failed(replica, ConnectError::Handshake(error));
+    let (mut sender, connection) =
+        http1::handshake(TokioIo::new(stream)).await.map_err(connect_error)?;
     tokio::spawn(async move {
         if let Err(error) = connection.await {
             tracing::debug!(%error, "upstream connection ended with an error");
         }
     });
-    sender.ready().await.map_err(|error| connect_error(error.into()))?;
+    sender.ready().await.map_err(connect_error)?;
     Ok(sender)
 }
 
@@ -116,5 +110,8 @@ pub async fn send(
 ) -> Result<Response<Incoming>, GatewayError> {
     let mut sender = connect(upstream, timeout).await?;
     request.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
-    sender.send_request(request).await.map_err(|error| upstream_error(upstream.name, error))
+    sender
+        .send_request(request)
+        .await
+        .map_err(|error| upstream_error::from_hyper(upstream.name, error))
 }

@@ -13,6 +13,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use super::force_close::Upstream;
+use super::upstream_error;
+use crate::error_chain::ErrorChain;
 use crate::gateway::body::ProxyBody;
 use crate::gateway::error::GatewayError;
 use crate::gateway::tls::upstream::UpstreamTls;
@@ -53,38 +55,12 @@ impl KeepAlive {
                 }
                 Err(error) if error.is_connect() => {
                     // hyper-util's error says only "Connect": name the TLS reason under it.
-                    let reason = chain(&error);
-                    tls.note_failure(upstream.authority, &reason);
-                    let replica = upstream.name.to_string();
-                    return Err(GatewayError::UpstreamConnect { replica, source: reason.into() });
+                    tls.note_failure(upstream.authority, &ErrorChain(&error));
+                    Err(error)
                 }
                 Err(error) => Err(error),
             },
         };
-        result.map_err(|error| {
-            let replica = upstream.name.to_string();
-            let closed = std::error::Error::source(&error)
-                .and_then(|source| source.downcast_ref::<hyper::Error>())
-                .is_some_and(|error| !error.is_parse() && !error.is_user());
-            if error.is_connect() {
-                GatewayError::UpstreamConnect { replica, source: error.into() }
-            } else if closed {
-                GatewayError::UpstreamClosed { replica, source: error.into() }
-            } else {
-                GatewayError::UpstreamReset { replica, source: error.into() }
-            }
-        })
+        result.map_err(|error| upstream_error::from_pooled(upstream.name, error))
     }
-}
-
-/// An error with its sources, `: `-separated: the TLS reason sits under hyper's wrapper.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -7,6 +7,7 @@ pub mod keep_alive;
 pub mod request;
 pub mod retry;
 pub mod spread;
+pub mod upstream_error;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -110,19 +111,5 @@ impl Connector {
                 client.send(upstream, request).await
             }
         }
-    }
-}
-
-/// Classifies a failure on a held connection before any response byte: a request that
-/// never left may be retried, and so may one whose connection closed or reset before the
-/// replica answered anything; a malformed answer may not.
-fn upstream_error(replica: &str, error: hyper::Error) -> GatewayError {
-    let replica = replica.to_string();
-    if error.is_canceled() {
-        GatewayError::UpstreamConnect { replica, source: error.into() }
-    } else if !error.is_parse() && !error.is_user() {
-        GatewayError::UpstreamClosed { replica, source: error.into() }
-    } else {
-        GatewayError::UpstreamReset { replica, source: error.into() }
     }
 }

@@ -103,7 +103,7 @@ impl Spread {
             // The response future does not borrow the connection: release the slot now.
             let response = sender.send_request(request);
             drop(slot);
-            return response.await.map_err(|error| upstream_error(replica, error));
+            return response.await.map_err(|error| upstream_error::from_hyper(replica, error));
         }
         self.overflow_requests.fetch_add(1, Ordering::Relaxed);
         Box::pin(force_close::send(upstream, self.connect_timeout, request)).await

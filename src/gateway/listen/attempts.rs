@@ -103,18 +103,15 @@ pub async fn forward(
             }
             Err(error) => {
                 drop(guard);
+                if let Some(reason) = error.replica_failure() {
+                    state.health.record_failure(&replica, reason);
+                }
                 if !error.retry_allowed() {
-                    state.health.record_failure(&replica, FailureReason::Reset);
                     return Err(error);
                 }
-                let reason = match error {
-                    GatewayError::UpstreamConnect { .. } => {
-                        replica.load.record_failure();
-                        FailureReason::Connect
-                    }
-                    _ => FailureReason::Reset,
-                };
-                state.health.record_failure(&replica, reason);
+                if let GatewayError::UpstreamConnect { .. } = error {
+                    replica.load.record_failure();
+                }
                 if last {
                     return Err(error);
                 }

@@ -23,7 +23,7 @@ use crate::gateway::body::{ProxyBody, boxed};
 use crate::gateway::classify::{self, Classification, ClassifyMethod, model_name};
 use crate::gateway::config::Entry;
 use crate::gateway::config::{DEFAULT_BAND, Flow, MAX_BAND};
-use crate::gateway::error::GatewayError;
+use crate::gateway::error::{GatewayError, Side};
 use crate::gateway::forward::debug::{DebugSlot, split_debug_path};
 use crate::gateway::headers;
 use crate::gateway::listen::request_id;
@@ -102,7 +102,13 @@ fn error_response(
     received_at: Instant,
     error: GatewayError,
 ) -> Response<ProxyBody> {
-    tracing::warn!(%error, path, entry = entry.as_str(), "request failed");
+    // A bad request is the client's to fix: it is not a warning about the fleet.
+    match error.side() {
+        Side::Client => tracing::info!(%error, path, entry = entry.as_str(), "request refused"),
+        side => {
+            tracing::warn!(%error, path, entry = entry.as_str(), side = side.as_str(), "request failed")
+        }
+    }
     let kind = error.kind_label();
     state.metrics.record_error(entry.as_str(), kind);
     let strategy = state.connector(entry).strategy();
