@@ -14,6 +14,7 @@ pub mod capacity;
 pub mod classify;
 pub mod clock;
 pub mod config;
+pub mod context;
 pub mod discovery;
 pub mod error;
 pub mod forward;

@@ -13,38 +13,29 @@ use http::{Response, StatusCode};
 use hyper::body::Incoming;
 
 use super::dispatch::rebuild;
-use super::respond::{Proxied, respond};
+use super::respond::{Placed, respond};
 use crate::gateway::admission::{AdmissionPermit, HeldBody};
 use crate::gateway::body::{ProxyBody, boxed, full};
-use crate::gateway::config::Entry;
-use crate::gateway::config::Flow;
+use crate::gateway::context::RequestCtx;
 use crate::gateway::error::GatewayError;
 use crate::gateway::health::FailureReason;
 use crate::gateway::pick::predict::LatencyProbe;
-use crate::gateway::pick::prefix::PrefixFeedback;
 use crate::gateway::pick::{InFlightGuard, PromptKey, PromptPick, Replica, RequestShape};
-use crate::gateway::quota::QuotaTicket;
 use crate::gateway::state::GatewayState;
 use crate::gateway::state::variants::Variant;
 use crate::openai::InferenceRequest;
 use crate::openai::request::Endpoint;
 
-/// A classified request and the canary variant that serves it.
+/// What the attempts send, and where they may send it (the rest is in the context).
 pub struct Forwarding<'a> {
-    pub entry: Entry,
+    /// The canary variant that serves the request: its pool, policy and connections.
     pub variant: &'a Variant,
     pub parts: &'a Parts,
     pub body: &'a Bytes,
-    pub prompt_tokens: u64,
     /// Its size and SLO, for policies that predict latency.
     pub shape: RequestShape,
-    pub received_at: Instant,
     /// The replicas serving the request's model (`None`: any).
     pub serving: Option<&'a [String]>,
-    /// Where the request waits, if it must: its tenant's flow and priority band.
-    pub flow: Flow,
-    /// The tenant's hold, handed to the response that goes out.
-    pub quota: parking_lot::Mutex<Option<QuotaTicket>>,
 }
 
 /// A failed attempt that another replica may take over.
@@ -57,6 +48,7 @@ enum Retryable {
 pub async fn forward(
     state: &Arc<GatewayState>,
     request: Forwarding<'_>,
+    ctx: &mut RequestCtx,
 ) -> Result<Response<ProxyBody>, GatewayError> {
     let admission = &state.shared.admission;
     let key = prompt_key(state, &request);
@@ -66,18 +58,17 @@ pub async fn forward(
     let (picker, serving, shape) = (&state.picker, request.serving, &request.shape);
     let pick =
         |limit| request.variant.pick_for(picker, serving, None, limit, shape, prompt.as_ref());
-    let (mut guard, permit) =
-        admission.admit_as(&pick, request.prompt_tokens, &request.flow).await?;
+    let (mut guard, permit) = admission.admit_as(&pick, ctx.prompt_tokens, &ctx.flow).await?;
     let mut replica = guard.replica().clone();
     let mut prefix_feedback = key.as_ref().map(|key| prefix.place(&replica, key));
-    let mut placement = LatencyProbe::begin(replica.clone(), request.prompt_tokens, Instant::now());
+    let mut placement = LatencyProbe::begin(replica.clone(), ctx.prompt_tokens, Instant::now());
     state.shared.retry_budget.deposit();
     let reliability = &state.config.reliability;
     let connector = &request.variant.connector;
     let mut attempt = 1;
     loop {
         let upstream_request = rebuild(request.parts, full(request.body.clone()));
-        state.metrics.record_overhead("request", request.received_at);
+        state.metrics.record_overhead("request", ctx.received_at);
         // The connector bounds the wait for the response headers (`timeouts.first_byte_ms`).
         let sent = connector.send(&replica, upstream_request, None).await;
         let last = attempt >= reliability.retry.max_attempts;
@@ -90,14 +81,9 @@ pub async fn forward(
                 replica.load.clear_failures();
                 state.health.record_status(&replica, upstream.status());
                 if upstream.status() != StatusCode::SERVICE_UNAVAILABLE || last {
-                    return Ok(finish(
-                        state,
-                        &request,
-                        (guard, placement),
-                        upstream,
-                        permit,
-                        prefix_feedback,
-                    ));
+                    let placed =
+                        Placed { guard, prefix: prefix_feedback, latency: Some(placement) };
+                    return Ok(finish(state, ctx, placed, upstream, permit));
                 }
                 Retryable::Unavailable(guard, upstream)
             }
@@ -118,30 +104,26 @@ pub async fn forward(
                 Retryable::Refused(error)
             }
         };
-        match next_replica(state, &request, &replica) {
+        match next_replica(state, &request, ctx.prompt_tokens, &replica) {
             Some(next) => {
                 let to = &next.replica().name;
                 tracing::warn!(from = %replica.name, %to, attempt, "retrying on another replica");
                 if let Retryable::Refused(error) = &retryable {
-                    state.metrics.record_error(request.entry.as_str(), error.kind_label());
+                    state.metrics.record_error(ctx.entry.as_str(), error.kind_label());
                 }
                 replica = next.replica().clone();
                 prefix_feedback = key.as_ref().map(|key| prefix.place(&replica, key));
-                placement =
-                    LatencyProbe::begin(replica.clone(), request.prompt_tokens, Instant::now());
+                placement = LatencyProbe::begin(replica.clone(), ctx.prompt_tokens, Instant::now());
                 guard = next;
                 attempt += 1;
             }
             None => {
                 return match retryable {
-                    Retryable::Unavailable(guard, upstream) => Ok(finish(
-                        state,
-                        &request,
-                        (guard, placement),
-                        upstream,
-                        permit,
-                        prefix_feedback,
-                    )),
+                    Retryable::Unavailable(guard, upstream) => {
+                        let latency = Some(placement);
+                        let placed = Placed { guard, prefix: prefix_feedback, latency };
+                        Ok(finish(state, ctx, placed, upstream, permit))
+                    }
                     Retryable::Refused(error) => Err(error),
                 };
             }
@@ -153,6 +135,7 @@ pub async fn forward(
 fn next_replica(
     state: &GatewayState,
     request: &Forwarding<'_>,
+    prompt_tokens: u64,
     failed: &Replica,
 ) -> Option<InFlightGuard> {
     let limit = state.shared.admission.limits().max_in_flight_per_replica;
@@ -162,7 +145,7 @@ fn next_replica(
     if next.name == failed.name {
         return None;
     }
-    let guard = InFlightGuard::try_acquire(next, request.prompt_tokens, limit)?;
+    let guard = InFlightGuard::try_acquire(next, prompt_tokens, limit)?;
     let retries = &state.shared.reliability_metrics.retries;
     if state.shared.retry_budget.try_withdraw() {
         retries.with_label_values(&["sent"]).inc();
@@ -176,25 +159,12 @@ fn next_replica(
 /// The client's response, holding its admission place until the body ends.
 fn finish(
     state: &Arc<GatewayState>,
-    request: &Forwarding<'_>,
-    (guard, placement): (InFlightGuard, LatencyProbe),
+    ctx: &mut RequestCtx,
+    placed: Placed,
     upstream: Response<Incoming>,
     permit: AdmissionPermit,
-    prefix: Option<PrefixFeedback>,
 ) -> Response<ProxyBody> {
-    let proxied = Proxied {
-        entry: request.entry,
-        strategy: request.variant.connector.strategy(),
-        variant: request.variant.name.clone(),
-        received_at: request.received_at,
-        inference: true,
-        prompt_tokens: request.prompt_tokens,
-        guard,
-        prefix,
-        quota: request.quota.lock().take(),
-        placement: Some(placement),
-    };
-    respond(state, proxied, upstream).map(|body| boxed(HeldBody::new(body, permit)))
+    respond(state, ctx.hand_over(), placed, upstream).map(|body| boxed(HeldBody::new(body, permit)))
 }
 
 /// The prompt's block hashes and session, when the variant's policy places by prompt and

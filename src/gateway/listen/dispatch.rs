@@ -11,24 +11,23 @@ use http::uri::PathAndQuery;
 use http::{Method, Request, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Incoming;
-
 use tracing::Instrument;
 
 use super::ListenerRole;
 use super::attempts::{self, Forwarding};
 use super::body_deadline::{BodyTimedOut, DeadlineBody};
-use super::respond::{Proxied, respond, tag};
+use super::respond::{Placed, respond, tag};
 use crate::gateway::admission::HeldBody;
 use crate::gateway::body::{ProxyBody, boxed};
-use crate::gateway::classify::{self, Classification, ClassifyMethod, model_name};
-use crate::gateway::config::Entry;
-use crate::gateway::config::{DEFAULT_BAND, Flow, MAX_BAND};
+use crate::gateway::classify::{self, ClassifyMethod, model_name};
+use crate::gateway::config::{DEFAULT_BAND, Entry, Flow, MAX_BAND};
+use crate::gateway::context::RequestCtx;
 use crate::gateway::error::{GatewayError, Side};
 use crate::gateway::forward::debug::{DebugSlot, split_debug_path};
 use crate::gateway::headers;
 use crate::gateway::listen::request_id;
 use crate::gateway::observe::DEFAULT_VARIANT;
-use crate::gateway::observe::access_log::{self, AccessContext, AccessRecord};
+use crate::gateway::observe::access_log::{self, AccessRecord};
 use crate::gateway::pick::{InFlightGuard, Replica, RequestShape, serving};
 use crate::gateway::state::GatewayState;
 use crate::openai::request::Endpoint;
@@ -42,27 +41,10 @@ pub async fn dispatch(
 ) -> Response<ProxyBody> {
     let id = request_id::accept_or_create(request.headers_mut());
     let span = tracing::info_span!("request", request_id = request_id::as_text(&id));
-    let access_log = state.config.access_log;
-    let access = access_log.then(|| AccessContext {
-        request_id: request_id::as_text(&id).to_string(),
-        method: request.method().to_string(),
-        path: request.uri().path().to_string(),
-        status: 0,
-    });
-    // Each future is built inside its `.await`: a future held in a local and then moved
-    // into another is laid out twice in this one's state.
-    let mut response = match access {
-        // Boxed: the access log is opt-in, and its scope would double this future's size.
-        Some(access) => {
-            Box::pin(access_log::scope(
-                access,
-                serve_request(state, role, request).instrument(span),
-            ))
-            .await
-        }
-        // Without the access log the request needs no task-local context at all.
-        None => serve_request(state, role, request).instrument(span).await,
-    };
+    let headed_for = (Entry::Short, state.connector(Entry::Short).strategy());
+    let (method, uri) = (request.method().clone(), request.uri().clone());
+    let mut ctx = RequestCtx::new(id.clone(), method, uri, headed_for, state.config.access_log);
+    let mut response = serve_request(state, role, request, &mut ctx).instrument(span).await;
     response.headers_mut().insert(headers::REQUEST_ID, id);
     response
 }
@@ -72,61 +54,57 @@ async fn serve_request(
     state: Arc<GatewayState>,
     role: ListenerRole,
     request: Request<Incoming>,
+    ctx: &mut RequestCtx,
 ) -> Response<ProxyBody> {
-    let received_at = Instant::now();
-    let path = request.uri().path().to_string();
     let route = route(role, &request);
     // The debug entry checks its own, narrower, permission.
     if !matches!(route, Route::Debug)
         && let Err(error) = authenticate(&state, &request)
     {
-        return error_response(&state, Entry::Short, &path, received_at, error);
+        return error_response(&state, ctx, error);
     }
-    let (entry, result) = match route {
-        Route::Debug => (Entry::Debug, debug(&state, role, request, received_at).await),
-        Route::Inference(endpoint) => inference(&state, role, endpoint, request, received_at).await,
+    let result = match route {
+        Route::Debug => debug(&state, role, request, ctx).await,
+        Route::Inference(endpoint) => inference(&state, role, endpoint, request, ctx).await,
         Route::Models => match super::models::list(&state) {
-            Some(list) => (Entry::Short, Ok(list)),
-            None => (Entry::Short, other(&state, request, received_at).await),
+            Some(list) => Ok(list),
+            None => other(&state, request, ctx).await,
         },
-        Route::Other => (Entry::Short, other(&state, request, received_at).await),
+        Route::Other => other(&state, request, ctx).await,
     };
-    result.unwrap_or_else(|error| error_response(&state, entry, &path, received_at, error))
+    result.unwrap_or_else(|error| error_response(&state, ctx, error))
 }
 
 /// The gateway's own answer to a failed request: logged, counted, tagged, access-logged.
 fn error_response(
     state: &GatewayState,
-    entry: Entry,
-    path: &str,
-    received_at: Instant,
+    ctx: &RequestCtx,
     error: GatewayError,
 ) -> Response<ProxyBody> {
+    let (entry, path) = (ctx.entry.as_str(), ctx.path());
     // A bad request is the client's to fix: it is not a warning about the fleet.
     match error.side() {
-        Side::Client => tracing::info!(%error, path, entry = entry.as_str(), "request refused"),
-        side => {
-            tracing::warn!(%error, path, entry = entry.as_str(), side = side.as_str(), "request failed")
-        }
+        Side::Client => tracing::info!(%error, path, entry, "request refused"),
+        side => tracing::warn!(%error, path, entry, side = side.as_str(), "request failed"),
     }
     let kind = error.kind_label();
-    state.metrics.record_error(entry.as_str(), kind);
-    let strategy = state.connector(entry).strategy();
+    state.metrics.record_error(entry, kind);
+    let strategy = state.connector(ctx.entry).strategy();
     let mut response = error.into_response();
-    tag(response.headers_mut(), entry, strategy, DEFAULT_VARIANT, None);
-    if let Some(access) = access_log::current() {
+    tag(response.headers_mut(), ctx.entry, strategy, DEFAULT_VARIANT, None);
+    if ctx.access_log {
         access_log::emit(&AccessRecord {
-            request_id: &access.request_id,
-            method: &access.method,
+            request_id: ctx.request_id_text(),
+            method: ctx.method.as_str(),
             path,
-            entry: entry.as_str(),
+            entry,
             variant: DEFAULT_VARIANT,
             replica: "-",
             status: response.status().as_u16(),
             ttft: None,
             prompt_tokens: 0,
             completion_tokens: 0,
-            duration: received_at.elapsed(),
+            duration: ctx.received_at.elapsed(),
             outcome: kind,
         });
     }
@@ -171,21 +149,16 @@ async fn inference(
     role: ListenerRole,
     endpoint: Endpoint,
     request: Request<Incoming>,
-    received_at: Instant,
-) -> (Entry, Result<Response<ProxyBody>, GatewayError>) {
-    match classify_request(state, role, endpoint, request).await {
-        Ok(classified) => {
-            let entry = classified.classification.entry;
-            // A client that leaves before the response headers (a non-streamed request
-            // waits for its whole generation) drops this future: count it here, as the
-            // response body counts those who leave later.
-            let abandoned = AbandonedBeforeHeaders::arm(state, entry);
-            let result = pick_and_forward(state, classified, received_at).await;
-            abandoned.disarm();
-            (entry, result)
-        }
-        Err((entry, error)) => (entry, Err(error)),
-    }
+    ctx: &mut RequestCtx,
+) -> Result<Response<ProxyBody>, GatewayError> {
+    let classified = classify_request(state, role, endpoint, request, ctx).await?;
+    // A client that leaves before the response headers (a non-streamed request waits for
+    // its whole generation) drops this future: count it here, as the response body counts
+    // those who leave later.
+    let abandoned = AbandonedBeforeHeaders::arm(state, ctx.entry);
+    let result = pick_and_forward(state, classified, ctx).await;
+    abandoned.disarm();
+    result
 }
 
 /// Counts `client_disconnect` when dropped armed: the request future went away before it
@@ -214,40 +187,47 @@ impl Drop for AbandonedBeforeHeaders<'_> {
     }
 }
 
-/// A request whose body is read and whose entry is decided.
+/// A request whose body is read and whose entry is decided (in its context).
 struct Classified {
     parts: Parts,
     body: Bytes,
-    classification: Classification,
     /// The body's `model`, read by the same parse.
     model: Option<String>,
 }
 
-/// Phase 1, classify: method check, body read within the limit, entry decided. On error,
-/// the entry the request was headed for (for the error's labels).
+/// Phase 1, classify: method check, body read within the limit, entry and prompt estimate
+/// decided. Until the entry is known, the context names the one the request is headed for
+/// (for an error's labels).
 async fn classify_request(
     state: &Arc<GatewayState>,
     role: ListenerRole,
     endpoint: Endpoint,
     request: Request<Incoming>,
-) -> Result<Classified, (Entry, GatewayError)> {
-    let named = named_entry(role, &request).map_err(|error| (Entry::Short, error))?;
-    let headed_for = named.map_or(Entry::Short, |(entry, _)| entry);
+    ctx: &mut RequestCtx,
+) -> Result<Classified, GatewayError> {
+    let named = named_entry(role, &request)?;
+    if let Some((entry, _)) = named {
+        ctx.entry = entry;
+    }
     if request.method() != Method::POST {
         let method = request.method().clone();
         let path = endpoint.path().to_string();
-        return Err((headed_for, GatewayError::MethodNotAllowed { method, path }));
+        return Err(GatewayError::MethodNotAllowed { method, path });
     }
     let (parts, body) = request.into_parts();
     let limits = (state.config.body_limit_bytes, state.config.reliability.timeouts.client_body);
-    let body = read_body(&parts, body, limits).await.map_err(|error| (headed_for, error))?;
+    let body = read_body(&parts, body, limits).await?;
     let threshold = state.config.short_threshold_tokens;
     let (classification, model) =
         classify::classify_with_model(endpoint, &body, named, threshold, true)
-            .map_err(|error| (headed_for, GatewayError::BadBody(error)))?;
+            .map_err(GatewayError::BadBody)?;
     let labels = [classification.entry.as_str(), classification.method.as_str()];
     state.metrics.classified.with_label_values(&labels).inc();
-    Ok(Classified { parts, body, classification, model })
+    ctx.entry = classification.entry;
+    ctx.strategy = state.connector(ctx.entry).strategy();
+    ctx.inference = true;
+    ctx.prompt_tokens = classification.prompt_tokens;
+    Ok(Classified { parts, body, model })
 }
 
 /// Phases 2 to 4: pick a replica, forward with the entry's strategy (a refused connection
@@ -255,10 +235,10 @@ async fn classify_request(
 async fn pick_and_forward(
     state: &Arc<GatewayState>,
     classified: Classified,
-    received_at: Instant,
+    ctx: &mut RequestCtx,
 ) -> Result<Response<ProxyBody>, GatewayError> {
-    let Classified { mut parts, body, classification, model } = classified;
-    let entry = classification.entry;
+    let Classified { mut parts, body, model } = classified;
+    let entry = ctx.entry;
     let replicas = state.picker.snapshot();
     let route = serving::route(&state.config.models, &replicas, model.as_deref())?;
     state.metrics.requests_by_model.with_label_values(&[route.label.as_str()]).inc();
@@ -273,35 +253,23 @@ async fn pick_and_forward(
     };
     let asked_band = priority_band(&parts.headers)?;
     let tenant = state.tenants.of(&parts.headers);
-    let flow = match &tenant {
+    ctx.flow = match &tenant {
         Some(tenant) => tenant.flow(asked_band),
         None => Flow { band: asked_band.unwrap_or(DEFAULT_BAND), ..Flow::default() },
     };
-    let quota = match &tenant {
-        Some(tenant) => {
-            let prompt_tokens = classification.prompt_tokens;
-            Some(state.tenants.admit(tenant, prompt_tokens, Instant::now())?)
-        }
-        None => None,
-    };
+    if let Some(tenant) = &tenant {
+        // The response carries the tenant's `x-ratelimit-*` headers (see `respond`).
+        ctx.quota = Some(state.tenants.admit(tenant, ctx.prompt_tokens, Instant::now())?);
+    }
     // Assign the canary variant; its pool, policy and strategy serve the request.
     let variant = state.variants.choose(entry, &parts.headers, &state.picker, &state.metrics);
+    ctx.variant = variant.name.clone();
+    ctx.strategy = variant.connector.strategy();
     let slo = classify::slo::request_slo(state.config.entry(entry).slo, &parts.headers)?;
-    let shape = RequestShape { prompt_tokens: classification.prompt_tokens, slo };
-    let forwarding = Forwarding {
-        entry,
-        variant,
-        parts: &parts,
-        body: &body,
-        prompt_tokens: classification.prompt_tokens,
-        shape,
-        received_at,
-        serving: route.serving.as_deref(),
-        flow,
-        quota: parking_lot::Mutex::new(quota),
-    };
-    // The response carries the tenant's `x-ratelimit-*` headers (see `respond`).
-    attempts::forward(state, forwarding).await
+    let shape = RequestShape { prompt_tokens: ctx.prompt_tokens, slo };
+    let serving = route.serving.as_deref();
+    let forwarding = Forwarding { variant, parts: &parts, body: &body, shape, serving };
+    attempts::forward(state, forwarding, ctx).await
 }
 
 /// The band `x-laneway-priority` asks for (0..=9), if any.
@@ -377,8 +345,10 @@ async fn debug(
     state: &Arc<GatewayState>,
     role: ListenerRole,
     request: Request<Incoming>,
-    received_at: Instant,
+    ctx: &mut RequestCtx,
 ) -> Result<Response<ProxyBody>, GatewayError> {
+    ctx.entry = Entry::Debug;
+    ctx.strategy = state.connector(Entry::Debug).strategy();
     let access = &state.config.debug_access;
     if role != ListenerRole::Entry(Entry::Debug) && !access.on_smart_listener {
         return Err(GatewayError::DebugNotServedHere);
@@ -391,7 +361,7 @@ async fn debug(
     let limit = access.max_in_flight_per_replica;
     let slot = DebugSlot::try_take(replica.clone(), limit)
         .ok_or_else(|| GatewayError::DebugBusy { replica: replica.name.clone(), limit })?;
-    let response = pass_through(state, Entry::Debug, replica, request, path, received_at).await?;
+    let response = pass_through(state, replica, request, path, ctx).await?;
     Ok(response.map(|body| boxed(HeldBody::new(body, slot))))
 }
 
@@ -414,39 +384,26 @@ fn debug_target(
 async fn other(
     state: &Arc<GatewayState>,
     request: Request<Incoming>,
-    received_at: Instant,
+    ctx: &mut RequestCtx,
 ) -> Result<Response<ProxyBody>, GatewayError> {
     let replica = state.picker.pick(None).ok_or(GatewayError::NoReplica)?;
-    pass_through(state, Entry::Short, replica, request, None, received_at).await
+    pass_through(state, replica, request, None, ctx).await
 }
 
-/// Sends a request the gateway does not interpret to `replica` through `entry`'s
-/// connections (to `path` if given) and streams the answer back, counted in flight.
+/// Sends a request the gateway does not interpret to `replica` through the connections of
+/// the context's entry (to `path` if given) and streams the answer back, counted in flight.
 async fn pass_through(
     state: &Arc<GatewayState>,
-    entry: Entry,
     replica: Arc<Replica>,
     request: Request<Incoming>,
     path: Option<PathAndQuery>,
-    received_at: Instant,
+    ctx: &mut RequestCtx,
 ) -> Result<Response<ProxyBody>, GatewayError> {
     let guard = InFlightGuard::acquire(replica.clone(), 0);
-    let connector = state.connector(entry);
-    state.metrics.record_overhead("request", received_at);
+    let connector = state.connector(ctx.entry);
+    state.metrics.record_overhead("request", ctx.received_at);
     let deadline = state.config.reliability.timeouts.client_body;
     let request = request.map(|body| boxed(DeadlineBody::new(body, deadline)));
     let upstream = connector.send(&replica, request, path).await?;
-    let proxied = Proxied {
-        entry,
-        strategy: connector.strategy(),
-        variant: DEFAULT_VARIANT.into(),
-        received_at,
-        inference: false,
-        prompt_tokens: 0,
-        guard,
-        prefix: None,
-        quota: None,
-        placement: None,
-    };
-    Ok(respond(state, proxied, upstream))
+    Ok(respond(state, ctx.hand_over(), Placed::counted(guard), upstream))
 }

@@ -6,21 +6,17 @@ use std::time::Instant;
 
 use http::header::{CONTENT_TYPE, HeaderValue};
 use http::{HeaderMap, Response};
-
-use crate::gateway::headers::{ENTRY, REPLICA, STRATEGY, VARIANT};
 use hyper::body::Incoming;
 
 use crate::gateway::body::{ProxyBody, boxed};
 use crate::gateway::config::{Entry, Strategy};
+use crate::gateway::context::RequestCtx;
 use crate::gateway::forward::request::strip_hop_by_hop;
-use crate::gateway::observe::access_log;
-use crate::gateway::observe::{
-    BodyKind, ObservedBody, Recorder, RequestLabels, StreamWatchdog, status_class,
-};
+use crate::gateway::headers::{ENTRY, REPLICA, STRATEGY, VARIANT};
+use crate::gateway::observe::{BodyKind, ObservedBody, Recorder, StreamWatchdog};
 use crate::gateway::pick::InFlightGuard;
 use crate::gateway::pick::predict::LatencyProbe;
 use crate::gateway::pick::prefix::PrefixFeedback;
-use crate::gateway::quota::QuotaTicket;
 use crate::gateway::state::GatewayState;
 
 /// Adds the headers that tell a client where its request went.
@@ -42,84 +38,65 @@ pub fn tag(
     }
 }
 
-/// What is known about a request when its response comes back.
-pub struct Proxied {
-    pub entry: Entry,
-    pub strategy: Strategy,
-    /// The canary variant that served it (`default` outside canaries).
-    pub variant: Arc<str>,
-    pub received_at: Instant,
-    /// The response is from an inference path (so tokens can be measured).
-    pub inference: bool,
-    pub prompt_tokens: u64,
+/// Where a request was placed: what the attempt that answered adds to its context.
+pub struct Placed {
+    /// Its place in the replica's in-flight count, held until the body ends.
     pub guard: InFlightGuard,
     /// A `prefix_aware` placement's prediction, checked against the replica's usage.
     pub prefix: Option<PrefixFeedback>,
-    /// A tenant's hold, released (and its tokens settled) when the body ends.
-    pub quota: Option<QuotaTicket>,
     /// Where an inference request was placed, so that its stream teaches the replica's
     /// latency estimate.
-    pub placement: Option<LatencyProbe>,
+    pub latency: Option<LatencyProbe>,
+}
+
+impl Placed {
+    /// A request placed by no policy (debug, passthrough): only counted in flight.
+    pub fn counted(guard: InFlightGuard) -> Self {
+        Self { guard, prefix: None, latency: None }
+    }
 }
 
 /// Builds the client's response around the replica's, streaming and observed.
 pub fn respond(
     state: &Arc<GatewayState>,
-    proxied: Proxied,
+    ctx: RequestCtx,
+    placed: Placed,
     upstream: Response<Incoming>,
 ) -> Response<ProxyBody> {
     let headers_at = Instant::now();
     let status = upstream.status();
-    let replica = proxied.guard.replica().name.clone();
+    let replica = placed.guard.replica().name.clone();
     if status.is_server_error() {
-        state.metrics.record_error(proxied.entry.as_str(), "upstream_status");
-    }
-    let kind = body_kind(proxied.inference, upstream.headers());
-    let labels = RequestLabels {
-        entry: proxied.entry,
-        strategy: proxied.strategy,
-        variant: proxied.variant.clone(),
-        replica: replica.clone(),
-        status_class: status_class(status),
-    };
-    let mut recorder = Recorder::new(
-        state.metrics.clone(),
-        labels,
-        kind,
-        proxied.received_at,
-        proxied.prompt_tokens,
-    );
-    if proxied.inference {
-        recorder = recorder.with_canary(state.shared.canary.clone());
-        let slo = crate::gateway::capacity::request_slo(&state.config);
-        recorder = recorder.with_capacity(proxied.guard.replica().clone(), slo);
-    }
-    if let Some(prefix) = proxied.prefix {
-        recorder = recorder.with_prefix(prefix);
-    }
-    let rate_limits = proxied.quota.as_ref().map(|ticket| ticket.headers);
-    recorder = recorder.with_quota(proxied.quota);
-    if let Some(placement) = proxied.placement {
-        recorder = recorder.with_placement(placement);
-    }
-    if let Some(mut access) = access_log::current() {
-        access.status = status.as_u16();
-        recorder = recorder.with_access(access);
+        state.metrics.record_error(ctx.entry.as_str(), "upstream_status");
     }
     let (mut parts, body) = upstream.into_parts();
     strip_hop_by_hop(&mut parts.headers);
-    if let Some(rate_limits) = rate_limits {
-        rate_limits.apply(&mut parts.headers);
+    if let Some(ticket) = &ctx.quota {
+        ticket.headers.apply(&mut parts.headers);
     }
-    tag(&mut parts.headers, proxied.entry, proxied.strategy, &proxied.variant, Some(&replica));
+    tag(&mut parts.headers, ctx.entry, ctx.strategy, &ctx.variant, Some(&replica));
     let timeouts = &state.config.reliability.timeouts;
     let watchdog = StreamWatchdog::new(
         timeouts.idle,
         timeouts.total,
-        proxied.received_at,
+        ctx.received_at,
         state.shared.abort_streams.clone(),
     );
-    let body = ObservedBody::new(body, recorder, proxied.guard)
+    let kind = body_kind(ctx.inference, &parts.headers);
+    let inference = ctx.inference;
+    let mut recorder = Recorder::new(state.metrics.clone(), ctx, (replica, status), kind);
+    if inference {
+        recorder = recorder.with_canary(state.shared.canary.clone());
+        let slo = crate::gateway::capacity::request_slo(&state.config);
+        recorder = recorder.with_capacity(placed.guard.replica().clone(), slo);
+    }
+    if let Some(prefix) = placed.prefix {
+        recorder = recorder.with_prefix(prefix);
+    }
+    if let Some(latency) = placed.latency {
+        recorder = recorder.with_placement(latency);
+    }
+    let body = ObservedBody::new(body, recorder, placed.guard)
         .with_reliability(watchdog, state.health.clone());
     let body = boxed(body);
     state.metrics.record_overhead("first_byte", headers_at);

@@ -24,15 +24,6 @@ pub struct AccessRecord<'a> {
     pub outcome: &'a str,
 }
 
-/// What the proxied path knows at the start of a request and keeps until its end.
-#[derive(Debug, Clone, Default)]
-pub struct AccessContext {
-    pub request_id: String,
-    pub method: String,
-    pub path: String,
-    pub status: u16,
-}
-
 /// Writes the line.
 pub fn emit(record: &AccessRecord<'_>) {
     tracing::info!(
@@ -51,20 +42,4 @@ pub fn emit(record: &AccessRecord<'_>) {
         outcome = record.outcome,
         "access"
     );
-}
-
-tokio::task_local! {
-    /// The request being served by this task (set by the dispatcher for the whole request,
-    /// so the response path can pick it up without threading it through every phase).
-    static CURRENT: AccessContext;
-}
-
-/// Runs `serve` with `context` as the current request.
-pub async fn scope<F: Future>(context: AccessContext, serve: F) -> F::Output {
-    CURRENT.scope(context, serve).await
-}
-
-/// The current request, if the caller runs inside [`scope`].
-pub fn current() -> Option<AccessContext> {
-    CURRENT.try_with(Clone::clone).ok()
 }

@@ -9,5 +9,5 @@ pub mod watchdog;
 
 pub use body::ObservedBody;
 pub use metrics::{GatewayMetrics, status_class};
-pub use recorder::{BodyKind, DEFAULT_VARIANT, Outcome, Recorder, RequestLabels};
+pub use recorder::{BodyKind, DEFAULT_VARIANT, Outcome, Recorder};
 pub use watchdog::{Expiry, StreamWatchdog};

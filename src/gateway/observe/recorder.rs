@@ -8,14 +8,14 @@ use std::time::{Duration, Instant};
 
 use prometheus::Histogram;
 
+use super::access_log::{self, AccessRecord};
 use super::metrics::GatewayMetrics;
+use super::metrics::status_class;
 use crate::canary::{self, CanaryRecorder, Slo};
-use crate::gateway::config::{Entry, Strategy};
-use crate::gateway::observe::access_log::{self, AccessContext, AccessRecord};
+use crate::gateway::context::RequestCtx;
 use crate::gateway::pick::Replica;
 use crate::gateway::pick::predict::LatencyProbe;
 use crate::gateway::pick::prefix::PrefixFeedback;
-use crate::gateway::quota::QuotaTicket;
 use crate::openai::sse::{SseEvent, SseScanner, Usage};
 
 /// Largest non-streamed JSON response kept to read its `usage`.
@@ -47,24 +47,15 @@ pub enum Outcome {
     CutShort,
 }
 
-/// Labels shared by every sample of one request.
-#[derive(Debug, Clone)]
-pub struct RequestLabels {
-    pub entry: Entry,
-    pub strategy: Strategy,
-    /// The canary variant that served the request.
-    pub variant: Arc<str>,
-    pub replica: String,
-    pub status_class: &'static str,
-}
-
 /// Observes one response.
 pub struct Recorder {
     metrics: Arc<GatewayMetrics>,
-    labels: RequestLabels,
+    /// The request: its labels, its tenant's hold and what its access line says.
+    ctx: RequestCtx,
+    /// The replica that answered, and how.
+    replica: String,
+    status: http::StatusCode,
     kind: BodyKind,
-    received_at: Instant,
-    estimated_prompt_tokens: u64,
     scanner: SseScanner,
     json: Vec<u8>,
     itl: Option<Histogram>,
@@ -73,32 +64,28 @@ pub struct Recorder {
     token_events: u64,
     usage: Option<Usage>,
     finished: bool,
-    /// Set on proxied requests: the access line is written at the end.
-    access: Option<AccessContext>,
     canary: Option<CanaryRecorder>,
     /// A `prefix_aware` prediction: released at the first token, checked at the end.
     prefix: Option<PrefixFeedback>,
     /// The replica that served it and the SLO it is judged by, for capacity learning.
     capacity: Option<(Arc<Replica>, Slo)>,
-    /// A tenant's reservation, settled from the usage when the body ends.
-    quota: Option<QuotaTicket>,
     placement: Option<LatencyProbe>,
 }
 
 impl Recorder {
+    /// Observes `ctx`'s response from `replica`, which answered `status`.
     pub fn new(
         metrics: Arc<GatewayMetrics>,
-        labels: RequestLabels,
+        ctx: RequestCtx,
+        (replica, status): (String, http::StatusCode),
         kind: BodyKind,
-        received_at: Instant,
-        estimated_prompt_tokens: u64,
     ) -> Self {
         Self {
             metrics,
-            labels,
+            ctx,
+            replica,
+            status,
             kind,
-            received_at,
-            estimated_prompt_tokens,
             scanner: SseScanner::new(),
             json: Vec::new(),
             itl: None,
@@ -109,9 +96,7 @@ impl Recorder {
             finished: false,
             canary: None,
             capacity: None,
-            access: None,
             prefix: None,
-            quota: None,
             placement: None,
         }
     }
@@ -140,29 +125,17 @@ impl Recorder {
         self
     }
 
-    /// Settles a tenant's token reservation with the response's usage when it ends.
-    pub fn with_quota(mut self, ticket: Option<QuotaTicket>) -> Self {
-        self.quota = ticket;
-        self
-    }
-
-    /// Writes an access-log line for this request when it ends.
-    pub fn with_access(mut self, access: AccessContext) -> Self {
-        self.access = Some(access);
-        self
-    }
-
     pub fn kind(&self) -> BodyKind {
         self.kind
     }
 
     fn label_values(&self) -> [&str; 5] {
         [
-            self.labels.entry.as_str(),
-            self.labels.strategy.as_str(),
-            &self.labels.variant,
-            &self.labels.replica,
-            self.labels.status_class,
+            self.ctx.entry.as_str(),
+            self.ctx.strategy.as_str(),
+            &self.ctx.variant,
+            &self.replica,
+            status_class(self.status),
         ]
     }
 
@@ -200,10 +173,10 @@ impl Recorder {
                 if let Some(prefix) = &mut self.prefix {
                     prefix.prefill_done();
                 }
-                let ttft = now.duration_since(self.received_at).as_secs_f64();
+                let ttft = now.duration_since(self.ctx.received_at).as_secs_f64();
                 self.metrics.ttft.with_label_values(&self.label_values()).observe(ttft);
                 if let Some(error) = self.placement.as_mut().and_then(|p| p.first_token(now)) {
-                    let replica = [self.labels.replica.as_str()];
+                    let replica = [self.replica.as_str()];
                     self.metrics.predicted_ttft_error.with_label_values(&replica).observe(error);
                 }
             }
@@ -231,12 +204,12 @@ impl Recorder {
         {
             prefix.report(details.cached_tokens);
         }
-        if let Some(ticket) = self.quota.take() {
-            let completion = self.usage.map_or(self.token_events, |u| u.completion_tokens);
-            let prompt = self.usage.map_or(self.estimated_prompt_tokens, |u| u.prompt_tokens);
-            ticket.settle(prompt, completion);
+        let completion_tokens = self.usage.map_or(self.token_events, |u| u.completion_tokens);
+        let prompt_tokens = self.usage.map_or(self.ctx.prompt_tokens, |u| u.prompt_tokens);
+        if let Some(ticket) = self.ctx.quota.take() {
+            ticket.settle(prompt_tokens, completion_tokens);
         }
-        let entry = self.labels.entry.as_str();
+        let entry = self.ctx.entry.as_str();
         match outcome {
             Outcome::Complete => {}
             Outcome::UpstreamReset => self.metrics.record_error(entry, "upstream_reset"),
@@ -244,16 +217,14 @@ impl Recorder {
             Outcome::CutShort => self.metrics.record_error(entry, "upstream_timeout"),
         }
         let labels = self.label_values();
-        let e2e = now.duration_since(self.received_at);
+        let e2e = now.duration_since(self.ctx.received_at);
         self.metrics.e2e.with_label_values(&labels).observe(e2e.as_secs_f64());
         self.metrics.requests.with_label_values(&labels).inc();
-        let completion_tokens = self.usage.map_or(self.token_events, |u| u.completion_tokens);
-        let prompt_tokens = self.usage.map_or(self.estimated_prompt_tokens, |u| u.prompt_tokens);
         self.write_access_line(outcome, e2e, prompt_tokens, completion_tokens);
         if self.kind == BodyKind::Opaque {
             return;
         }
-        let token_labels = [entry, &self.labels.variant, self.labels.replica.as_str()];
+        let token_labels = [entry, &self.ctx.variant, self.replica.as_str()];
         self.metrics.prompt_tokens.with_label_values(&token_labels).inc_by(prompt_tokens);
         self.metrics.completion_tokens.with_label_values(&token_labels).inc_by(completion_tokens);
         let mut tpot = None;
@@ -272,8 +243,8 @@ impl Recorder {
         let observed = canary::Outcome {
             entry: String::new(),
             variant: String::new(),
-            ok: outcome == Outcome::Complete && self.labels.status_class == "2xx",
-            ttft: self.first_token_at.map(|at| at.duration_since(self.received_at)),
+            ok: outcome == Outcome::Complete && self.status.is_success(),
+            ttft: self.first_token_at.map(|at| at.duration_since(self.ctx.received_at)),
             tpot,
             e2e,
             prompt_tokens,
@@ -285,7 +256,7 @@ impl Recorder {
         if let Some(canary) = &self.canary {
             canary.record(canary::Outcome {
                 entry: entry.to_string(),
-                variant: self.labels.variant.to_string(),
+                variant: self.ctx.variant.to_string(),
                 ..observed
             });
         }
@@ -300,17 +271,19 @@ impl Recorder {
         prompt: u64,
         completion: u64,
     ) {
-        let Some(access) = &self.access else { return };
+        if !self.ctx.access_log {
+            return;
+        }
         let opaque = self.kind == BodyKind::Opaque;
         access_log::emit(&AccessRecord {
-            request_id: &access.request_id,
-            method: &access.method,
-            path: &access.path,
-            entry: self.labels.entry.as_str(),
-            variant: &self.labels.variant,
-            replica: &self.labels.replica,
-            status: access.status,
-            ttft: self.first_token_at.map(|first| first.duration_since(self.received_at)),
+            request_id: self.ctx.request_id_text(),
+            method: self.ctx.method.as_str(),
+            path: self.ctx.path(),
+            entry: self.ctx.entry.as_str(),
+            variant: &self.ctx.variant,
+            replica: &self.replica,
+            status: self.status.as_u16(),
+            ttft: self.first_token_at.map(|first| first.duration_since(self.ctx.received_at)),
             prompt_tokens: if opaque { 0 } else { prompt },
             completion_tokens: if opaque { 0 } else { completion },
             duration,
@@ -342,16 +315,16 @@ fn usage_of_json(body: &[u8]) -> Option<Usage> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gateway::config::{Entry, Strategy};
 
     fn recorder(metrics: &Arc<GatewayMetrics>, kind: BodyKind, at: Instant) -> Recorder {
-        let labels = RequestLabels {
-            entry: Entry::Short,
-            strategy: Strategy::ForceClose,
-            variant: DEFAULT_VARIANT.into(),
-            replica: "r0".into(),
-            status_class: "2xx",
-        };
-        Recorder::new(metrics.clone(), labels, kind, at, 11)
+        let (method, uri) = (http::Method::POST, http::Uri::from_static("/v1/completions"));
+        let id = http::HeaderValue::from_static("request-1");
+        let entry = (Entry::Short, Strategy::ForceClose);
+        let mut ctx = RequestCtx::new(id, method, uri, entry, false);
+        ctx.received_at = at;
+        ctx.prompt_tokens = 11;
+        Recorder::new(metrics.clone(), ctx, ("r0".into(), http::StatusCode::OK), kind)
     }
 
     fn labels() -> [&'static str; 5] {

@@ -1,0 +1,95 @@
+//! One request's context: what the phases learn about a request, kept in one place that
+//! grows as the request moves (listen -> classify -> tenant and variant -> pick and forward)
+//! and is handed to the response's observer, which labels every figure and writes the
+//! access line from it when the body ends.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::{HeaderValue, Method, Uri};
+
+use crate::gateway::config::{DEFAULT_VARIANT_NAME, Entry, Flow, Strategy};
+use crate::gateway::quota::QuotaTicket;
+
+/// A request in flight, from its arrival to the end of its response body.
+pub struct RequestCtx {
+    // Set by listen.
+    /// The request's id (the client's or a new one), echoed on the response.
+    pub request_id: HeaderValue,
+    pub method: Method,
+    pub uri: Uri,
+    pub received_at: Instant,
+    /// Whether the access line is written for it (`access_log = true`).
+    pub access_log: bool,
+
+    // Set by classify; until then, the entry the request is headed for.
+    pub entry: Entry,
+    /// An inference request (tokens can be measured), not a passthrough.
+    pub inference: bool,
+    /// The prompt estimate (the response's `usage` replaces it when present).
+    pub prompt_tokens: u64,
+
+    // Set by the tenant check.
+    /// Where the request waits, if it must: its tenant's flow and priority band.
+    pub flow: Flow,
+    /// The tenant's hold: released, and its tokens settled, when the body ends.
+    pub quota: Option<QuotaTicket>,
+
+    // Set by the variant assignment; the entry's own strategy outside canaries.
+    pub variant: Arc<str>,
+    pub strategy: Strategy,
+}
+
+impl RequestCtx {
+    /// A request as it arrives: headed for `entry`, served by `strategy` unless a variant
+    /// or another entry takes it.
+    pub fn new(
+        request_id: HeaderValue,
+        method: Method,
+        uri: Uri,
+        (entry, strategy): (Entry, Strategy),
+        access_log: bool,
+    ) -> Self {
+        Self {
+            request_id,
+            method,
+            uri,
+            received_at: Instant::now(),
+            access_log,
+            entry,
+            inference: false,
+            prompt_tokens: 0,
+            flow: Flow::default(),
+            quota: None,
+            variant: Arc::from(DEFAULT_VARIANT_NAME),
+            strategy,
+        }
+    }
+
+    pub fn path(&self) -> &str {
+        self.uri.path()
+    }
+
+    pub fn request_id_text(&self) -> &str {
+        self.request_id.to_str().unwrap_or("-")
+    }
+
+    /// The context the response's observer keeps until the body ends (the tenant's hold
+    /// goes with it); the handler keeps the rest, which is all an error answer needs.
+    pub fn hand_over(&mut self) -> Self {
+        Self {
+            request_id: self.request_id.clone(),
+            method: self.method.clone(),
+            uri: self.uri.clone(),
+            received_at: self.received_at,
+            access_log: self.access_log,
+            entry: self.entry,
+            inference: self.inference,
+            prompt_tokens: self.prompt_tokens,
+            flow: self.flow.clone(),
+            quota: self.quota.take(),
+            variant: self.variant.clone(),
+            strategy: self.strategy,
+        }
+    }
+}
