@@ -144,6 +144,16 @@ async fn writes_without_the_token_get_401_and_change_nothing() {
             .unwrap();
         assert_eq!(response.status(), status, "{body}");
     }
+    // An oversized body is refused before any handler reads it, and changes nothing.
+    let padding = "x".repeat(laneway::gateway::admin::ADMIN_BODY_LIMIT_BYTES);
+    let response = client
+        .put(admin_url(&gateway, "/admin/variants/short"))
+        .bearer_auth(TOKEN)
+        .json(&serde_json::json!({"weights": {"default": 1}, "padding": padding}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 413);
     assert_eq!(post_admin(&gateway, "/admin/replicas/nope/drain", Some(TOKEN)).await, 404);
     assert_eq!(
         admin_json(&gateway, "/admin/variants").await["entries"][0]["variants"][0]["weight"],

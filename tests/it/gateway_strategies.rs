@@ -66,8 +66,9 @@ async fn spread_holds_a_fixed_set_of_connections() {
     }
     let stats = sims[0].stats();
     assert_eq!(stats.requests_total, 12);
-    // Four spread connections plus the scraper's.
-    assert!((4..=6).contains(&stats.connections_accepted), "{stats:?}");
+    // Four spread connections, plus the scraper's and the health checker's keep-alive
+    // connections, either of which may reconnect once on a busy machine.
+    assert!((4..=8).contains(&stats.connections_accepted), "{stats:?}");
     gateway.shutdown().await;
 }
 

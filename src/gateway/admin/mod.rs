@@ -9,6 +9,7 @@ mod variants;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{ConnectInfo, FromRequestParts, State};
@@ -16,6 +17,10 @@ use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
 use axum::response::{Html, IntoResponse, Json, Response};
 use axum::routing::{get, post, put};
+use http::StatusCode;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
 
 use crate::gateway::capacity::CapacityReport;
 use crate::gateway::config::reliability::NO_REPLICA_LIMIT;
@@ -41,7 +46,17 @@ pub fn router(live: Arc<LiveState>) -> Router {
         .route("/admin/canary", get(variants::report))
         .route("/admin/capacity", get(capacity))
         .with_state(live)
+        // Outermost last: every admin request is traced (at debug), bounded in time, and
+        // its body bounded in size before any handler reads it.
+        .layer(RequestBodyLimitLayer::new(ADMIN_BODY_LIMIT_BYTES))
+        .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, ADMIN_TIMEOUT))
+        .layer(TraceLayer::new_for_http())
 }
+
+/// The admin API's bodies are small JSON documents (variant weights).
+pub const ADMIN_BODY_LIMIT_BYTES: usize = 64 << 10;
+/// No admin request needs longer: the canary report is computed by its own task.
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// An [`ApiError`] as an axum response, in the OpenAI error shape.
 fn error_response(error: ApiError) -> Response {
