@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+use super::validate::Issues;
+
 /// `[auth]` as written.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -64,27 +66,38 @@ impl ApiKeys {
         self
     }
 
-    /// Validates `[auth]`: reads the key file, refuses an empty key set. On error, the
-    /// field path and the message.
-    pub fn from_raw(raw: &RawAuth) -> Result<Self, (String, String)> {
+    /// Validates `[auth]`: reads the key file, refuses an empty key set; what is wrong goes
+    /// to `issues` by path.
+    pub fn from_raw(raw: &RawAuth, issues: &mut Issues) -> Option<Self> {
+        let before = issues.len();
         let mut keys: Vec<String> = raw.keys.clone();
         if let Some(file) = &raw.keys_file {
-            keys.extend(read_keys_file(Path::new(file)).map_err(|m| ("auth.keys_file".into(), m))?);
+            match read_keys_file(Path::new(file)) {
+                Ok(found) => keys.extend(found),
+                // An unreadable file says nothing about how many keys there are.
+                Err(message) => {
+                    issues.add("auth.keys_file", message);
+                    return None;
+                }
+            }
         }
         if let Some(index) = keys.iter().position(|k| k.trim().is_empty()) {
-            return Err((format!("auth.keys[{index}]"), "an empty key is not allowed".into()));
+            issues.add(format!("auth.keys[{index}]"), "an empty key is not allowed");
         }
         if let Some(index) = raw.debug_keys.iter().position(|k| k.trim().is_empty()) {
-            return Err((
-                format!("auth.debug_keys[{index}]"),
-                "an empty key is not allowed".into(),
-            ));
+            issues.add(format!("auth.debug_keys[{index}]"), "an empty key is not allowed");
         }
         if keys.is_empty() && raw.debug_keys.is_empty() {
-            return Err(("auth".into(), "no keys: give `keys` or `keys_file`".into()));
+            issues.add("auth", "no keys: give `keys` or `keys_file`");
+        }
+        if issues.len() > before {
+            return None;
         }
         let debug_keys = raw.debug_keys.iter().map(String::as_str);
-        Ok(Self::new(keys.iter().map(String::as_str), raw.count_by_key).with_debug_keys(debug_keys))
+        Some(
+            Self::new(keys.iter().map(String::as_str), raw.count_by_key)
+                .with_debug_keys(debug_keys),
+        )
     }
 
     pub fn len(&self) -> usize {

@@ -11,6 +11,8 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use serde::Deserialize;
 
+use super::validate::Issues;
+
 /// Where a pod finds its service-account token and CA.
 const SERVICE_ACCOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
@@ -30,16 +32,13 @@ pub struct DiscoveryConfig {
 }
 
 impl DiscoveryConfig {
-    /// Validates `[discovery]`; every bad field as (path, message).
-    pub fn from_raw(raw: &RawDiscovery) -> Result<Self, Vec<(String, String)>> {
-        let mut issues = Vec::new();
-        let dns = raw.dns.as_ref().and_then(|raw| {
-            DnsDiscovery::from_raw(raw).map_err(|mut found| issues.append(&mut found)).ok()
-        });
-        let kubernetes = raw.kubernetes.as_ref().and_then(|raw| {
-            KubernetesDiscovery::from_raw(raw).map_err(|mut found| issues.append(&mut found)).ok()
-        });
-        if issues.is_empty() { Ok(Self { dns, kubernetes }) } else { Err(issues) }
+    /// Validates `[discovery]`; every bad field goes to `issues` by path.
+    pub fn from_raw(raw: &RawDiscovery, issues: &mut Issues) -> Option<Self> {
+        let before = issues.len();
+        let dns = raw.dns.as_ref().and_then(|raw| DnsDiscovery::from_raw(raw, issues));
+        let kubernetes =
+            raw.kubernetes.as_ref().and_then(|raw| KubernetesDiscovery::from_raw(raw, issues));
+        (issues.len() == before).then_some(Self { dns, kubernetes })
     }
 
     pub fn is_active(&self) -> bool {
@@ -125,28 +124,26 @@ impl DnsDiscovery {
         Self { name: name.into(), port, interval, https: false, resolver: system_resolver() }
     }
 
-    pub fn from_raw(raw: &RawDns) -> Result<Self, Vec<(String, String)>> {
-        let mut issues = Vec::new();
+    pub fn from_raw(raw: &RawDns, issues: &mut Issues) -> Option<Self> {
+        let before = issues.len();
         let name = raw.name.clone().unwrap_or_default();
         if name.is_empty() {
-            issues.push(("discovery.dns.name".into(), "is required".into()));
+            issues.add("discovery.dns.name", "is required");
         }
         let port = raw.port.unwrap_or(0);
         if port == 0 {
-            issues.push(("discovery.dns.port".into(), "is required (1..=65535)".into()));
+            issues.add("discovery.dns.port", "is required (1..=65535)");
         }
         let interval_ms = raw.interval_ms.unwrap_or(5000);
         if !(100..=3_600_000).contains(&interval_ms) {
-            issues.push((
-                "discovery.dns.interval_ms".into(),
-                format!("{interval_ms} is out of range 100..=3600000"),
-            ));
+            let message = format!("{interval_ms} is out of range 100..=3600000");
+            issues.add("discovery.dns.interval_ms", message);
         }
-        if !issues.is_empty() {
-            return Err(issues);
+        if issues.len() > before {
+            return None;
         }
         let source = Self::new(name, port, Duration::from_millis(interval_ms));
-        Ok(Self { https: raw.https.unwrap_or(false), ..source })
+        Some(Self { https: raw.https.unwrap_or(false), ..source })
     }
 }
 
@@ -185,33 +182,28 @@ pub struct KubernetesDiscovery {
 }
 
 impl KubernetesDiscovery {
-    pub fn from_raw(raw: &RawKubernetes) -> Result<Self, Vec<(String, String)>> {
-        let mut issues: Vec<(String, String)> = Vec::new();
+    pub fn from_raw(raw: &RawKubernetes, issues: &mut Issues) -> Option<Self> {
+        let before = issues.len();
         let api_text = raw.api.as_deref().unwrap_or("https://kubernetes.default.svc");
         let api = api_text.parse::<http::Uri>().ok().filter(|uri| {
             matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some()
         });
         if api.is_none() {
-            issues.push((
-                "discovery.kubernetes.api".into(),
-                format!("`{api_text}` is not an http(s) URL"),
-            ));
+            issues.add("discovery.kubernetes.api", format!("`{api_text}` is not an http(s) URL"));
         }
-        let required = |field: &str, value: &Option<String>, issues: &mut Vec<(String, String)>| {
+        let mut required = |field: &str, value: &Option<String>| {
             let value = value.clone().unwrap_or_default();
             if value.is_empty() {
-                issues.push((format!("discovery.kubernetes.{field}"), "is required".into()));
+                issues.add(format!("discovery.kubernetes.{field}"), "is required");
             }
             value
         };
-        let namespace = required("namespace", &raw.namespace, &mut issues);
-        let label_selector = required("label_selector", &raw.label_selector, &mut issues);
+        let namespace = required("namespace", &raw.namespace);
+        let label_selector = required("label_selector", &raw.label_selector);
         let interval_ms = raw.interval_ms.unwrap_or(5000);
         if !(100..=3_600_000).contains(&interval_ms) {
-            issues.push((
-                "discovery.kubernetes.interval_ms".into(),
-                format!("{interval_ms} is out of range 100..=3600000"),
-            ));
+            let message = format!("{interval_ms} is out of range 100..=3600000");
+            issues.add("discovery.kubernetes.interval_ms", message);
         }
         let in_cluster = |file: &str| {
             let path = Path::new(SERVICE_ACCOUNT).join(file);
@@ -220,7 +212,7 @@ impl KubernetesDiscovery {
         let token_file = raw.token_file.as_ref().map(PathBuf::from).or_else(|| in_cluster("token"));
         let ca_file = raw.ca_file.as_ref().map(PathBuf::from).or_else(|| in_cluster("ca.crt"));
         match api {
-            Some(api) if issues.is_empty() => Ok(Self {
+            Some(api) if issues.len() == before => Some(Self {
                 api,
                 namespace,
                 label_selector,
@@ -230,7 +222,7 @@ impl KubernetesDiscovery {
                 interval: Duration::from_millis(interval_ms),
                 replica_https: raw.replica_https.unwrap_or(false),
             }),
-            _ => Err(issues),
+            _ => None,
         }
     }
 }

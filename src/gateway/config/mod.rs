@@ -33,7 +33,7 @@ pub use models::{ModelsConfig, UnknownModel};
 pub use prefix::PrefixConfig;
 pub use slo::{EntrySlo, RawEntrySlo};
 pub use tenants::{DEFAULT_BAND, Flow, MAX_BAND, TenantConfig, TenantLimits};
-pub use validate::{ConfigError, ConfigIssue};
+pub use validate::{ConfigError, ConfigIssue, Issues};
 pub use verdicts::Automation;
 
 /// Which policy picks a replica for a request.

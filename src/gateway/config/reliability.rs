@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::validate::Issues;
+
 /// `[health]`: active checks and passive ejection.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -152,9 +154,9 @@ pub struct RawReliability<'a> {
     pub limits: &'a RawLimits,
 }
 
-/// Checks one number against its range, reporting through `report(path, message)`.
+/// Checks numbers against their ranges, reporting to `issues` by path.
 pub struct Ranges<'a> {
-    pub report: &'a mut dyn FnMut(String, String),
+    pub issues: &'a mut Issues,
 }
 
 impl Ranges<'_> {
@@ -163,7 +165,7 @@ impl Ranges<'_> {
             None => default,
             Some(n) if n >= min as i64 && n as u64 <= max => n as u64,
             Some(n) => {
-                (self.report)(path.to_string(), format!("{n} is out of range {min}..={max}"));
+                self.issues.add(path, format!("{n} is out of range {min}..={max}"));
                 default
             }
         }
@@ -262,17 +264,17 @@ pub fn build(raw: RawReliability<'_>, ranges: &mut Ranges<'_>) -> ReliabilityCon
         ) as u32,
     };
     if health.max_ejection < health.base_ejection {
-        (ranges.report)(
-            "health.max_ejection_ms".into(),
-            "must not be shorter than health.base_ejection_ms".into(),
-        );
+        ranges
+            .issues
+            .add("health.max_ejection_ms", "must not be shorter than health.base_ejection_ms");
     }
     ReliabilityConfig { health, retry, timeouts, admission, limits }
 }
 
 impl Default for ReliabilityConfig {
     fn default() -> Self {
-        let mut ignore = |_: String, _: String| {};
+        // The defaults are in range: nothing is reported.
+        let mut ignored = Issues::default();
         let raw = RawReliability {
             health: &RawHealth::default(),
             retry: &RawRetry::default(),
@@ -280,7 +282,7 @@ impl Default for ReliabilityConfig {
             admission: &RawAdmission::default(),
             limits: &RawLimits::default(),
         };
-        build(raw, &mut Ranges { report: &mut ignore })
+        build(raw, &mut Ranges { issues: &mut ignored })
     }
 }
 

@@ -43,11 +43,24 @@ impl fmt::Display for ConfigError {
     }
 }
 
-/// Collects issues while the typed config is built.
-#[derive(Default)]
-pub(super) struct Issues(Vec<ConfigIssue>);
+/// Collects issues while the typed config is built: every section reports here, by path.
+#[derive(Debug, Default)]
+pub struct Issues(Vec<ConfigIssue>);
 
 impl Issues {
+    /// The paths reported so far, in order.
+    pub fn paths(&self) -> Vec<&str> {
+        self.0.iter().map(|issue| issue.path.as_str()).collect()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
     pub(super) fn add(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.0.push(ConfigIssue { path: path.into(), message: message.into() });
     }
@@ -175,9 +188,7 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
         tls: raw.tls.as_ref().and_then(|tls| {
             TlsConfig::from_raw(tls).map_err(|(path, message)| issues.add(path, message)).ok()
         }),
-        auth: raw.auth.as_ref().and_then(|auth| {
-            ApiKeys::from_raw(auth).map_err(|(path, message)| issues.add(path, message)).ok()
-        }),
+        auth: raw.auth.as_ref().and_then(|auth| ApiKeys::from_raw(auth, issues)),
         tenants: tenants::tenants(&raw.tenants, issues),
         upstream_tls: raw.upstream_tls.as_ref().map_or_else(UpstreamTlsConfig::default, |raw| {
             UpstreamTlsConfig::from_raw(raw).unwrap_or_else(|found| {
@@ -187,12 +198,7 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
                 UpstreamTlsConfig::default()
             })
         }),
-        discovery: DiscoveryConfig::from_raw(&raw.discovery).unwrap_or_else(|found| {
-            for (path, message) in found {
-                issues.add(path, message);
-            }
-            DiscoveryConfig::default()
-        }),
+        discovery: DiscoveryConfig::from_raw(&raw.discovery, issues).unwrap_or_default(),
         reliability: reliability_section(&raw, issues),
         prefix: super::prefix::prefix(&raw.prefix, issues),
         capacity: capacity::capacity(&raw.capacity, issues),
@@ -227,8 +233,7 @@ fn reliability_section(raw: &RawConfig, issues: &mut Issues) -> ReliabilityConfi
         admission: &raw.admission,
         limits: &raw.limits,
     };
-    let mut report = |path: String, message: String| issues.add(path, message);
-    reliability::build(sections, &mut Ranges { report: &mut report })
+    reliability::build(sections, &mut Ranges { issues })
 }
 
 fn debug_access(raw: &RawEntries, issues: &mut Issues) -> DebugAccess {

@@ -54,6 +54,7 @@ pub fn spawn(source: DnsDiscovery, sets: mpsc::Sender<Discovered>) -> JoinHandle
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gateway::config::Issues;
     use crate::gateway::config::discovery::RawDns;
     use std::time::Duration;
 
@@ -76,7 +77,8 @@ mod tests {
             interval_ms: None,
             https: Some(true),
         };
-        let replicas = DnsDiscovery::from_raw(&raw).unwrap().discover().await.unwrap();
+        let replicas =
+            DnsDiscovery::from_raw(&raw, &mut Issues::default()).unwrap().discover().await.unwrap();
         assert!(!replicas.is_empty());
         assert!(replicas.iter().all(|replica| replica.tls), "{replicas:?}");
     }
@@ -84,8 +86,9 @@ mod tests {
     #[test]
     fn missing_fields_are_named() {
         let raw = RawDns { name: None, port: None, interval_ms: Some(1), https: None };
-        let paths: Vec<String> =
-            DnsDiscovery::from_raw(&raw).unwrap_err().into_iter().map(|i| i.0).collect();
+        let mut issues = Issues::default();
+        assert!(DnsDiscovery::from_raw(&raw, &mut issues).is_none());
+        let paths = issues.paths();
         assert_eq!(
             paths,
             ["discovery.dns.name", "discovery.dns.port", "discovery.dns.interval_ms"]

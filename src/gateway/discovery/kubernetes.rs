@@ -229,6 +229,7 @@ fn replicas_of(list: &SliceList, port_name: Option<&str>) -> Vec<ReplicaConfig> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gateway::config::Issues;
     use crate::gateway::config::discovery::RawKubernetes;
 
     const RECORDED: &str = r#"{"kind":"EndpointSliceList","apiVersion":"discovery.k8s.io/v1",
@@ -266,7 +267,7 @@ mod tests {
             interval_ms: None,
             replica_https: None,
         };
-        let source = KubernetesDiscovery::from_raw(&raw).unwrap();
+        let source = KubernetesDiscovery::from_raw(&raw, &mut Issues::default()).unwrap();
         assert_eq!(
             source.list_path(),
             "/apis/discovery.k8s.io/v1/namespaces/llm/endpointslices?labelSelector=app%3Dvllm%2Ctier%20in%20%28gpu%29"
@@ -277,8 +278,9 @@ mod tests {
             label_selector: None,
             ..raw
         };
-        let paths: Vec<String> =
-            KubernetesDiscovery::from_raw(&bad).unwrap_err().into_iter().map(|i| i.0).collect();
+        let mut issues = Issues::default();
+        assert!(KubernetesDiscovery::from_raw(&bad, &mut issues).is_none());
+        let paths = issues.paths();
         assert_eq!(
             paths,
             [

@@ -49,6 +49,7 @@ impl ApiKeys {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gateway::config::Issues;
     use crate::gateway::config::auth::RawAuth;
 
     fn headers(value: &str) -> HeaderMap {
@@ -112,14 +113,17 @@ mod tests {
             count_by_key: true,
             debug_keys: Vec::new(),
         };
-        let keys = ApiKeys::from_raw(&raw).unwrap();
+        let keys = ApiKeys::from_raw(&raw, &mut Issues::default()).unwrap();
         assert_eq!(keys.len(), 2);
         assert!(keys.check(&headers("Bearer sk-file")).is_ok());
         assert!(!format!("{keys:?}").contains("sk-"));
-        let error = ApiKeys::from_raw(&RawAuth::default()).unwrap_err();
-        assert_eq!(error.0, "auth");
+        let mut issues = Issues::default();
+        assert!(ApiKeys::from_raw(&RawAuth::default(), &mut issues).is_none());
+        assert_eq!(issues.paths(), ["auth"]);
         let missing = RawAuth { keys_file: Some("/nonexistent/keys".into()), ..RawAuth::default() };
-        assert_eq!(ApiKeys::from_raw(&missing).unwrap_err().0, "auth.keys_file");
+        let mut issues = Issues::default();
+        assert!(ApiKeys::from_raw(&missing, &mut issues).is_none());
+        assert_eq!(issues.paths(), ["auth.keys_file"]);
         std::fs::remove_dir_all(dir).unwrap();
     }
 }
