@@ -3,13 +3,16 @@
 //! and is handed to the response's observer, which labels every figure and writes the
 //! access line from it when the body ends.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
 use http::{HeaderValue, Method, Uri};
 
 use crate::gateway::config::{DEFAULT_VARIANT_NAME, Entry, Flow, Strategy};
 use crate::gateway::quota::QuotaTicket;
+
+/// The variant name outside canaries, allocated once (every request starts with it).
+static DEFAULT_VARIANT: LazyLock<Arc<str>> = LazyLock::new(|| Arc::from(DEFAULT_VARIANT_NAME));
 
 /// A request in flight, from its arrival to the end of its response body.
 pub struct RequestCtx {
@@ -61,7 +64,7 @@ impl RequestCtx {
             prompt_tokens: 0,
             flow: Flow::default(),
             quota: None,
-            variant: Arc::from(DEFAULT_VARIANT_NAME),
+            variant: DEFAULT_VARIANT.clone(),
             strategy,
         }
     }
