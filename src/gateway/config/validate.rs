@@ -6,6 +6,8 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use serde::Deserialize;
+
 use super::ApiKeys;
 use super::DiscoveryConfig;
 use super::Strategy;
@@ -91,16 +93,41 @@ impl Issues {
     }
 }
 
+/// Parses a config file over the embedded defaults (`default.toml`: what a file leaves out
+/// is read from there, table by table) and validates the result once.
 pub(super) fn parse_and_validate(text: &str) -> Result<GatewayConfig, ConfigError> {
-    let raw: RawConfig = toml::from_str(text).map_err(|error| ConfigError {
+    let syntax = |error: toml::de::Error| ConfigError {
         issues: vec![ConfigIssue {
             path: error_path(text, &error),
             message: error.message().to_string(),
         }],
-    })?;
+    };
+    // Checked as written first, so that a schema error names its line in the file.
+    toml::from_str::<RawConfig>(text).map_err(syntax)?;
+    let mut merged: toml::Table = toml::from_str(super::DEFAULT_TOML).expect("valid defaults");
+    overlay(&mut merged, toml::from_str(text).map_err(syntax)?);
+    let raw = RawConfig::deserialize(merged).map_err(syntax)?;
+    validated(raw)
+}
+
+fn validated(raw: RawConfig) -> Result<GatewayConfig, ConfigError> {
     let mut issues = Issues::default();
     let config = build(raw, &mut issues);
     if issues.0.is_empty() { Ok(config) } else { Err(ConfigError { issues: issues.0 }) }
+}
+
+/// Writes `file` over `defaults`: tables are merged key by key, anything else replaced.
+fn overlay(defaults: &mut toml::Table, file: toml::Table) {
+    for (key, value) in file {
+        match (defaults.get_mut(&key), value) {
+            (Some(toml::Value::Table(default)), toml::Value::Table(table)) => {
+                overlay(default, table)
+            }
+            (_, value) => {
+                defaults.insert(key, value);
+            }
+        }
+    }
 }
 
 /// Where a TOML syntax or schema error is: its line, as toml's errors carry a span only.
@@ -364,6 +391,25 @@ fn check_distinct_listeners(config: &GatewayConfig, issues: &mut Issues) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The defaults live in `default.toml`; the code's own fallbacks (for a value that is
+    /// not there at all) must say the same, or reading the file would mislead.
+    #[test]
+    fn the_code_falls_back_to_what_default_toml_says() {
+        let file = "[[replicas]]\nname = \"r0\"\nurl = \"http://127.0.0.1:8000\"\n";
+        let over_defaults = parse_and_validate(file).unwrap();
+        let without = validated(toml::from_str::<RawConfig>(file).unwrap()).unwrap();
+        assert_eq!(format!("{over_defaults:?}"), format!("{without:?}"));
+    }
+
+    #[test]
+    fn a_file_overrides_one_key_of_a_default_table_and_keeps_the_rest() {
+        let file = "[[replicas]]\nname = \"r0\"\nurl = \"http://127.0.0.1:8000\"\n\
+                    [entries.short.slo]\nttft_ms = 300\n";
+        let config = parse_and_validate(file).unwrap();
+        assert_eq!(config.short.slo.ttft, Duration::from_millis(300));
+        assert_eq!(config.short.slo.tpot, Duration::from_millis(50));
+    }
 
     #[test]
     fn empty_file_gives_the_defaults() {
