@@ -167,17 +167,42 @@ async fn all_ended(state: &GatewayState) {
     }
 }
 
+/// The gateway's sockets, bound before it starts: by [`Listeners::bind`] from the config's
+/// addresses, or by the caller (an inherited socket, a test that needs the port first).
+pub struct Listeners {
+    pub smart: TcpListener,
+    pub admin: TcpListener,
+    /// One per entry with its own `listen` address.
+    pub dedicated: Vec<(Entry, TcpListener)>,
+}
+
+impl Listeners {
+    /// Binds every address the config names.
+    pub async fn bind(config: &GatewayConfig) -> anyhow::Result<Self> {
+        let smart = bind(config.listen, "listen").await?;
+        let admin = bind(config.admin_listen, "admin_listen").await?;
+        let mut dedicated = Vec::new();
+        for entry in Entry::ALL {
+            if let Some(addr) = config.entry(entry).listen {
+                dedicated.push((entry, bind(addr, entry.as_str()).await?));
+            }
+        }
+        Ok(Self { smart, admin, dedicated })
+    }
+}
+
 /// Binds every listener and starts serving.
 pub async fn spawn(config: GatewayConfig) -> anyhow::Result<GatewayHandle> {
+    let listeners = Listeners::bind(&config).await?;
+    spawn_on(config, listeners).await
+}
+
+/// Starts serving on listeners already bound (their addresses win over the config's).
+pub async fn spawn_on(
+    config: GatewayConfig,
+    Listeners { smart, admin, dedicated }: Listeners,
+) -> anyhow::Result<GatewayHandle> {
     let drain = config.drain_deadline;
-    let smart = bind(config.listen, "listen").await?;
-    let admin = bind(config.admin_listen, "admin_listen").await?;
-    let mut dedicated = Vec::new();
-    for entry in Entry::ALL {
-        if let Some(addr) = config.entry(entry).listen {
-            dedicated.push((entry, bind(addr, entry.as_str()).await?));
-        }
-    }
     let tls = config.tls.as_ref().map(tls::ServerTls::load).transpose()?.map(Arc::new);
     let acceptor = tls.as_ref().map(|tls| tls.acceptor());
     let (abort_streams, aborted) = watch::channel(false);

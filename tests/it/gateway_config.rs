@@ -66,3 +66,24 @@ async fn http2_prior_knowledge_clients_are_served() {
     assert!(response.text().await.unwrap().ends_with("data: [DONE]\n\n"));
     gateway.shutdown().await;
 }
+
+#[tokio::test]
+async fn serves_on_listeners_the_caller_bound() {
+    let sims = start_sims(1, 1).await;
+    let smart = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (smart_addr, admin_addr) = (smart.local_addr().unwrap(), admin.local_addr().unwrap());
+    let listeners = laneway::gateway::Listeners { smart, admin, dedicated: Vec::new() };
+    // The config's own addresses are not bound: the sockets given are.
+    let gateway = laneway::gateway::spawn_on(config_for(&sims), listeners).await.unwrap();
+    assert_eq!((gateway.addr(), gateway.admin_addr()), (smart_addr, admin_addr));
+    let response = reqwest::Client::new()
+        .post(format!("http://{smart_addr}/v1/chat/completions"))
+        .json(&chat_body(50, 2, false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(sims[0].stats().requests_total, 1);
+    gateway.shutdown().await;
+}
