@@ -41,6 +41,24 @@ fn describe(state: &GatewayState, replica: &Replica, now: Instant) -> Value {
         "reported_running": reported.map(|r| r.running),
         "kv_cache_usage": reported.map(|r| r.kv_cache_usage),
         "scrape_age_seconds": load.scrape_age(picker.epoch, now).map(|age| age.as_secs_f64()),
+        "latency_estimate": latency_estimate(replica),
+    })
+}
+
+/// What predicted-latency placement has learned of the replica (seconds), so that an
+/// operator can see why it is or is not picked.
+fn latency_estimate(replica: &Replica) -> Value {
+    let view = replica.latency.view();
+    json!({
+        "prefill_intercept": view.prefill.0,
+        "prefill_seconds_per_token": view.prefill.1,
+        "decode_intercept": view.decode.0,
+        "decode_seconds_per_stream": view.decode.1,
+        "ttft_base_by_in_flight": view.ttft_base,
+        "pending_prefill_tokens": view.pending_prefill_tokens,
+        "placements": view.placements,
+        "prefill_samples": view.samples.0,
+        "decode_samples": view.samples.1,
     })
 }
 

@@ -1,7 +1,8 @@
 //! One replica's latency, learned online from the streams this gateway relays to it:
 //! - prefill: TTFT against the prompt tokens it has to get through first (those still
 //!   waiting for their first token when the request was placed, plus its own), so that
-//!   queueing behind other prompts is part of the model rather than noise in it;
+//!   queueing behind other prompts is part of the model rather than noise in it, plus what
+//!   the other requests in flight add beyond that ([`TtftByConcurrency`]);
 //! - decode: TPOT against the requests in flight on the replica when the stream started.
 //!
 //! Picks read the published coefficients (atomics); only the end of a stream's prefill or
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use super::concurrency::{COUNTS, TtftByConcurrency, slot};
 use super::fit::DecayedLine;
 use crate::gateway::pick::replica::Replica;
 
@@ -43,6 +45,9 @@ pub struct LatencyEstimate {
     /// Published `(intercept, slope)` of each model, as `f64` bits.
     prefill_published: [AtomicU64; 2],
     decode_published: [AtomicU64; 2],
+    /// Published TTFT at zero prompt tokens for each count of other requests in flight,
+    /// as `f64` bits: the prefill line's slope is added for the tokens.
+    ttft_base_published: [AtomicU64; COUNTS],
     models: Mutex<Models>,
 }
 
@@ -50,6 +55,14 @@ pub struct LatencyEstimate {
 struct Models {
     prefill: DecayedLine,
     decode: DecayedLine,
+    ttft_by_concurrency: TtftByConcurrency,
+}
+
+impl Models {
+    /// TTFT at zero prompt tokens for each count of other requests in flight.
+    fn ttft_base(&self) -> [f64; COUNTS] {
+        self.ttft_by_concurrency.curve(self.prefill.coefficients().0)
+    }
 }
 
 impl Default for LatencyEstimate {
@@ -67,6 +80,7 @@ impl Default for LatencyEstimate {
                 DECODE_PRIOR_SPAN,
                 PRIOR_WEIGHT,
             ),
+            ttft_by_concurrency: TtftByConcurrency::default(),
         };
         let publish = |line: &DecayedLine| {
             let (a, b) = line.coefficients();
@@ -77,6 +91,7 @@ impl Default for LatencyEstimate {
             placements: AtomicU64::new(0),
             prefill_published: publish(&models.prefill),
             decode_published: publish(&models.decode),
+            ttft_base_published: models.ttft_base().map(|base| AtomicU64::new(base.to_bits())),
             models: Mutex::new(models),
         }
     }
@@ -95,6 +110,19 @@ fn publish(pair: &[AtomicU64; 2], line: &DecayedLine) {
     pair[1].store(b.to_bits(), Ordering::Relaxed);
 }
 
+/// What an estimate holds, for the admin API (seconds).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EstimateView {
+    pub prefill: (f64, f64),
+    pub decode: (f64, f64),
+    /// TTFT at zero prompt tokens by other requests in flight (index).
+    pub ttft_base: Vec<f64>,
+    pub pending_prefill_tokens: u64,
+    pub placements: u64,
+    /// Samples each model has had: `(prefill, decode)`.
+    pub samples: (u64, u64),
+}
+
 impl LatencyEstimate {
     pub fn pending_prefill_tokens(&self) -> u64 {
         self.pending_prefill_tokens.load(Ordering::Relaxed)
@@ -107,20 +135,28 @@ impl LatencyEstimate {
     /// TTFT for `prompt_tokens` placed behind `queued_ahead` prompt tokens, and TPOT with
     /// `in_flight` streams (this one included) on the replica.
     pub fn predict(&self, queued_ahead: u64, prompt_tokens: u64, in_flight: u64) -> Predicted {
-        let (a, b) = read(&self.prefill_published);
+        let (_, b) = read(&self.prefill_published);
         let (c, d) = read(&self.decode_published);
+        let others = slot(in_flight.saturating_sub(1));
+        let base = f64::from_bits(self.ttft_base_published[others].load(Ordering::Relaxed));
         Predicted {
-            ttft: a + b * (queued_ahead + prompt_tokens) as f64,
+            ttft: base + b * (queued_ahead + prompt_tokens) as f64,
             tpot: c + d * in_flight as f64,
         }
     }
 
     /// A request's first token came `ttft` after it was placed behind `tokens` prompt
-    /// tokens (its own included).
-    pub fn observe_prefill(&self, tokens: u64, ttft: Duration) {
+    /// tokens (its own included) with `others` other requests in flight on the replica.
+    pub fn observe_prefill(&self, tokens: u64, others: u64, ttft: Duration) {
         let mut models = self.models.lock();
-        models.prefill.observe(tokens as f64, ttft.as_secs_f64());
+        let ttft = ttft.as_secs_f64();
+        models.prefill.observe(tokens as f64, ttft);
+        let (_, slope) = models.prefill.coefficients();
+        models.ttft_by_concurrency.observe(others, ttft - slope * tokens as f64);
         publish(&self.prefill_published, &models.prefill);
+        for (published, base) in self.ttft_base_published.iter().zip(models.ttft_base()) {
+            published.store(base.to_bits(), Ordering::Relaxed);
+        }
     }
 
     /// A stream started with `in_flight` streams on the replica decoded at `tpot`.
@@ -135,6 +171,22 @@ impl LatencyEstimate {
         let models = self.models.lock();
         (models.prefill.samples(), models.decode.samples())
     }
+
+    /// The published coefficients and counters.
+    pub fn view(&self) -> EstimateView {
+        EstimateView {
+            prefill: read(&self.prefill_published),
+            decode: read(&self.decode_published),
+            ttft_base: self
+                .ttft_base_published
+                .iter()
+                .map(|base| f64::from_bits(base.load(Ordering::Relaxed)))
+                .collect(),
+            pending_prefill_tokens: self.pending_prefill_tokens(),
+            placements: self.placements(),
+            samples: self.samples(),
+        }
+    }
 }
 
 /// One request measured on its replica, from the pick to the end of its stream: owes its
@@ -145,6 +197,8 @@ pub struct LatencyProbe {
     replica: Arc<Replica>,
     prompt_tokens: u64,
     queued_ahead: u64,
+    /// Other requests in flight on the replica when this one was placed.
+    others: u64,
     predicted_ttft: f64,
     placed_at: Instant,
     prefill_open: bool,
@@ -159,12 +213,14 @@ impl LatencyProbe {
         estimate.placements.fetch_add(1, Ordering::Relaxed);
         let queued_ahead =
             estimate.pending_prefill_tokens.fetch_add(prompt_tokens, Ordering::Relaxed);
+        // The request's own in-flight guard is already held.
         let in_flight = replica.load.in_flight().max(1);
         let predicted_ttft = estimate.predict(queued_ahead, prompt_tokens, in_flight).ttft;
         Self {
             replica,
             prompt_tokens,
             queued_ahead,
+            others: in_flight - 1,
             predicted_ttft,
             placed_at: now,
             prefill_open: true,
@@ -184,7 +240,8 @@ impl LatencyProbe {
         }
         let ttft = now.saturating_duration_since(self.placed_at);
         self.decoding_with = Some(self.replica.load.in_flight().max(1));
-        self.replica.latency.observe_prefill(self.queued_ahead + self.prompt_tokens, ttft);
+        let tokens = self.queued_ahead + self.prompt_tokens;
+        self.replica.latency.observe_prefill(tokens, self.others, ttft);
         let measured = ttft.as_secs_f64();
         (measured > 0.0).then(|| (self.predicted_ttft - measured).abs() / measured)
     }
