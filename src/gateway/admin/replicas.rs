@@ -50,11 +50,10 @@ fn describe(state: &GatewayState, replica: &Replica, now: Instant) -> Value {
 fn latency_estimate(replica: &Replica) -> Value {
     let view = replica.latency.view();
     json!({
-        "prefill_intercept": view.prefill.0,
-        "prefill_seconds_per_token": view.prefill.1,
+        "ttft_seconds_per_token": view.ttft_seconds_per_token,
+        "ttft_intercept_by_others_in_flight": view.ttft_intercepts,
         "decode_intercept": view.decode.0,
         "decode_seconds_per_stream": view.decode.1,
-        "ttft_base_by_in_flight": view.ttft_base,
         "pending_prefill_tokens": view.pending_prefill_tokens,
         "placements": view.placements,
         "prefill_samples": view.samples.0,

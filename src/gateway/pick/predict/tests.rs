@@ -121,12 +121,14 @@ fn a_slow_replica_loses_share_smoothly_and_wins_it_back() {
     let even = shares(&policy, &set, &healthy, 400, 1);
     assert!(even.iter().all(|&n| n > 60), "healthy replicas share: {even:?}");
     let mut degraded = healthy;
-    degraded[0] = Speed { slow: 3.0 };
+    // 4x slower: TPOT 58 ms and more, past the 50 ms objective. (A replica still within
+    // the objective keeps a share by load, see the test below.)
+    degraded[0] = Speed { slow: 4.0 };
     let slowed = shares(&policy, &set, &degraded, 400, 2);
     // Never starved (exploration keeps measuring it), yet far below a fair quarter.
     assert!(slowed[0] > 0 && slowed[0] < 40, "slowed replica's share: {slowed:?}");
-    // Healed: exploration measures it again, its predictions improve, and then it wins
-    // pairings again (on its way back to a fair 100 of 400).
+    // Healed: exploration measures it again, its predictions improve, and then it shares
+    // by load again (on its way back to a fair 100 of 400).
     let _healing = shares(&policy, &set, &healthy, 400, 3);
     let recovered = shares(&policy, &set, &healthy, 400, 4);
     assert!(recovered[0] > 2 * slowed[0], "recovered {recovered:?} after {slowed:?}");
@@ -166,7 +168,8 @@ fn train(replica: &Arc<Replica>, streams: usize, others: u64, prompt: u64, ttft:
 }
 
 fn with_slo(prompt_tokens: u64, ttft_ms: u64, tpot_ms: u64) -> RequestShape {
-    let slo = EntrySlo { ttft: Duration::from_millis(ttft_ms), tpot: Duration::from_millis(tpot_ms) };
+    let slo =
+        EntrySlo { ttft: Duration::from_millis(ttft_ms), tpot: Duration::from_millis(tpot_ms) };
     RequestShape { prompt_tokens, slo }
 }
 
