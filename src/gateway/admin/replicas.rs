@@ -41,6 +41,23 @@ fn describe(state: &GatewayState, replica: &Replica, now: Instant) -> Value {
         "reported_running": reported.map(|r| r.running),
         "kv_cache_usage": reported.map(|r| r.kv_cache_usage),
         "scrape_age_seconds": load.scrape_age(picker.epoch, now).map(|age| age.as_secs_f64()),
+        "latency_estimate": latency_estimate(replica),
+    })
+}
+
+/// What predicted-latency placement has learned of the replica (seconds), so that an
+/// operator can see why it is or is not picked.
+fn latency_estimate(replica: &Replica) -> Value {
+    let view = replica.latency.view();
+    json!({
+        "ttft_seconds_per_token": view.ttft_seconds_per_token,
+        "ttft_intercept_by_others_in_flight": view.ttft_intercepts,
+        "decode_intercept": view.decode.0,
+        "decode_seconds_per_stream": view.decode.1,
+        "pending_prefill_tokens": view.pending_prefill_tokens,
+        "placements": view.placements,
+        "prefill_samples": view.samples.0,
+        "decode_samples": view.samples.1,
     })
 }
 

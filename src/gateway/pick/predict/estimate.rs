@@ -1,8 +1,10 @@
 //! One replica's latency, learned online from the streams this gateway relays to it:
 //! - prefill: TTFT against the prompt tokens it has to get through first (those still
 //!   waiting for their first token when the request was placed, plus its own), so that
-//!   queueing behind other prompts is part of the model rather than noise in it;
-//! - decode: TPOT against the requests in flight on the replica when the stream started.
+//!   queueing behind other prompts is part of the model rather than noise in it, with one
+//!   intercept per count of other requests in flight ([`TtftByConcurrency`]);
+//! - decode: TPOT against the requests in flight on the replica while the stream decoded
+//!   (the mean of the counts at its first token and at its end).
 //!
 //! Picks read the published coefficients (atomics); only the end of a stream's prefill or
 //! decode takes the replica's short update lock, never a pick.
@@ -13,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use super::concurrency::{COUNTS, TtftByConcurrency, slot};
 use super::fit::DecayedLine;
 use crate::gateway::pick::replica::Replica;
 
@@ -40,22 +43,24 @@ pub struct LatencyEstimate {
     pending_prefill_tokens: AtomicU64,
     /// Requests ever placed on the replica: exploration goes to the least placed.
     placements: AtomicU64,
-    /// Published `(intercept, slope)` of each model, as `f64` bits.
-    prefill_published: [AtomicU64; 2],
+    /// Published models, as `f64` bits: the decode line's `(intercept, slope)`, the TTFT
+    /// slope per prompt token and its intercept per count of other requests in flight.
     decode_published: [AtomicU64; 2],
+    ttft_slope_published: AtomicU64,
+    ttft_intercepts_published: [AtomicU64; COUNTS],
     models: Mutex<Models>,
 }
 
 #[derive(Debug)]
 struct Models {
-    prefill: DecayedLine,
+    prefill: TtftByConcurrency,
     decode: DecayedLine,
 }
 
 impl Default for LatencyEstimate {
     fn default() -> Self {
         let models = Models {
-            prefill: DecayedLine::new(
+            prefill: TtftByConcurrency::new(
                 PREFILL_PRIOR.0,
                 PREFILL_PRIOR.1,
                 PREFILL_PRIOR_SPAN,
@@ -75,8 +80,12 @@ impl Default for LatencyEstimate {
         Self {
             pending_prefill_tokens: AtomicU64::new(0),
             placements: AtomicU64::new(0),
-            prefill_published: publish(&models.prefill),
             decode_published: publish(&models.decode),
+            ttft_slope_published: AtomicU64::new(models.prefill.slope().to_bits()),
+            ttft_intercepts_published: models
+                .prefill
+                .intercepts()
+                .map(|intercept| AtomicU64::new(intercept.to_bits())),
             models: Mutex::new(models),
         }
     }
@@ -95,6 +104,19 @@ fn publish(pair: &[AtomicU64; 2], line: &DecayedLine) {
     pair[1].store(b.to_bits(), Ordering::Relaxed);
 }
 
+/// What an estimate holds, for the admin API (seconds).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EstimateView {
+    pub ttft_seconds_per_token: f64,
+    /// TTFT at zero prompt tokens by other requests in flight (index).
+    pub ttft_intercepts: Vec<f64>,
+    pub decode: (f64, f64),
+    pub pending_prefill_tokens: u64,
+    pub placements: u64,
+    /// Samples each model has had: `(prefill, decode)`.
+    pub samples: (u64, u64),
+}
+
 impl LatencyEstimate {
     pub fn pending_prefill_tokens(&self) -> u64 {
         self.pending_prefill_tokens.load(Ordering::Relaxed)
@@ -107,26 +129,33 @@ impl LatencyEstimate {
     /// TTFT for `prompt_tokens` placed behind `queued_ahead` prompt tokens, and TPOT with
     /// `in_flight` streams (this one included) on the replica.
     pub fn predict(&self, queued_ahead: u64, prompt_tokens: u64, in_flight: u64) -> Predicted {
-        let (a, b) = read(&self.prefill_published);
+        let slope = f64::from_bits(self.ttft_slope_published.load(Ordering::Relaxed));
         let (c, d) = read(&self.decode_published);
+        let others = slot(in_flight.saturating_sub(1));
+        let intercept =
+            f64::from_bits(self.ttft_intercepts_published[others].load(Ordering::Relaxed));
         Predicted {
-            ttft: a + b * (queued_ahead + prompt_tokens) as f64,
+            ttft: intercept + slope * (queued_ahead + prompt_tokens) as f64,
             tpot: c + d * in_flight as f64,
         }
     }
 
     /// A request's first token came `ttft` after it was placed behind `tokens` prompt
-    /// tokens (its own included).
-    pub fn observe_prefill(&self, tokens: u64, ttft: Duration) {
+    /// tokens (its own included) with `others` other requests in flight on the replica.
+    pub fn observe_prefill(&self, tokens: u64, others: u64, ttft: Duration) {
         let mut models = self.models.lock();
-        models.prefill.observe(tokens as f64, ttft.as_secs_f64());
-        publish(&self.prefill_published, &models.prefill);
+        models.prefill.observe(others, tokens as f64, ttft.as_secs_f64());
+        self.ttft_slope_published.store(models.prefill.slope().to_bits(), Ordering::Relaxed);
+        let intercepts = models.prefill.intercepts();
+        for (published, intercept) in self.ttft_intercepts_published.iter().zip(intercepts) {
+            published.store(intercept.to_bits(), Ordering::Relaxed);
+        }
     }
 
-    /// A stream started with `in_flight` streams on the replica decoded at `tpot`.
-    pub fn observe_decode(&self, in_flight: u64, tpot: Duration) {
+    /// A stream that had `in_flight` streams on the replica (on average) decoded at `tpot`.
+    pub fn observe_decode(&self, in_flight: f64, tpot: Duration) {
         let mut models = self.models.lock();
-        models.decode.observe(in_flight as f64, tpot.as_secs_f64());
+        models.decode.observe(in_flight, tpot.as_secs_f64());
         publish(&self.decode_published, &models.decode);
     }
 
@@ -134,6 +163,24 @@ impl LatencyEstimate {
     pub fn samples(&self) -> (u64, u64) {
         let models = self.models.lock();
         (models.prefill.samples(), models.decode.samples())
+    }
+
+    /// The published coefficients and counters.
+    pub fn view(&self) -> EstimateView {
+        EstimateView {
+            ttft_seconds_per_token: f64::from_bits(
+                self.ttft_slope_published.load(Ordering::Relaxed),
+            ),
+            ttft_intercepts: self
+                .ttft_intercepts_published
+                .iter()
+                .map(|intercept| f64::from_bits(intercept.load(Ordering::Relaxed)))
+                .collect(),
+            decode: read(&self.decode_published),
+            pending_prefill_tokens: self.pending_prefill_tokens(),
+            placements: self.placements(),
+            samples: self.samples(),
+        }
     }
 }
 
@@ -145,6 +192,8 @@ pub struct LatencyProbe {
     replica: Arc<Replica>,
     prompt_tokens: u64,
     queued_ahead: u64,
+    /// Other requests in flight on the replica when this one was placed.
+    others: u64,
     predicted_ttft: f64,
     placed_at: Instant,
     prefill_open: bool,
@@ -159,12 +208,14 @@ impl LatencyProbe {
         estimate.placements.fetch_add(1, Ordering::Relaxed);
         let queued_ahead =
             estimate.pending_prefill_tokens.fetch_add(prompt_tokens, Ordering::Relaxed);
+        // The request's own in-flight guard is already held.
         let in_flight = replica.load.in_flight().max(1);
         let predicted_ttft = estimate.predict(queued_ahead, prompt_tokens, in_flight).ttft;
         Self {
             replica,
             prompt_tokens,
             queued_ahead,
+            others: in_flight - 1,
             predicted_ttft,
             placed_at: now,
             prefill_open: true,
@@ -184,14 +235,19 @@ impl LatencyProbe {
         }
         let ttft = now.saturating_duration_since(self.placed_at);
         self.decoding_with = Some(self.replica.load.in_flight().max(1));
-        self.replica.latency.observe_prefill(self.queued_ahead + self.prompt_tokens, ttft);
+        let tokens = self.queued_ahead + self.prompt_tokens;
+        self.replica.latency.observe_prefill(tokens, self.others, ttft);
         let measured = ttft.as_secs_f64();
         (measured > 0.0).then(|| (self.predicted_ttft - measured).abs() / measured)
     }
 
-    /// The stream ended complete with `tpot`: the decode model learns.
+    /// The stream ended complete with `tpot`: the decode model learns, against the mean of
+    /// the streams in flight at its first token and at its end (a replica taking on load
+    /// while the stream decoded slowed it more than the count at the start says).
     pub fn finished(&mut self, tpot: Duration) {
-        if let Some(in_flight) = self.decoding_with.take() {
+        if let Some(at_first_token) = self.decoding_with.take() {
+            let at_end = self.replica.load.in_flight().max(1);
+            let in_flight = (at_first_token + at_end) as f64 / 2.0;
             self.replica.latency.observe_decode(in_flight, tpot);
         }
     }

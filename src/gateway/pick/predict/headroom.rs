@@ -1,31 +1,41 @@
 //! `predicted_latency`: each candidate's TTFT and TPOT for this request are predicted from
-//! the replica's learned estimate and its current queue; the request goes where the
-//! tighter of its two SLO margins is widest.
+//! the replica's learned estimate and its current queue, and the request goes to the least
+//! loaded candidate among those predicted to meet its SLO.
 //!
 //! ```text
-//! ttft = prefill_intercept + prefill_slope * (pending_prefill_tokens + prompt_tokens)
-//! tpot = decode_intercept  + decode_slope  * (in_flight + 1)
+//! others   = requests in flight on the replica (this one not included)
+//! ttft     = ttft_base[others] + prefill_slope * (pending_prefill_tokens + prompt_tokens)
+//! tpot     = decode_intercept  + decode_slope  * (others + 1)
 //! headroom = min(1 - ttft / slo.ttft, 1 - tpot / slo.tpot) - failures
+//! fits     = headroom >= 1 - FIT_SHARE      (both predictions within 90% of the SLO)
 //! ```
-//! Two distinct candidates are drawn at random and the one with more headroom wins (power
-//! of two choices): a global best would take every request until its estimate caught up
-//! with the load it was given, and estimates learned from streams lag by a TTFT at least. A slow replica keeps a
-//! share that shrinks as its predictions worsen, and `EXPLORE_RATIO` of the requests go to
-//! the candidate that has been placed the fewest requests, so a replica that nothing else
-//! would pick is still measured and can win its share back (at most that ratio of the
-//! traffic is spent on it). The draws come from a seeded generator, so tests can replay
-//! them.
+//! Every candidate is judged. Among those that fit, the lowest `least_queue` score wins (the
+//! gateway's own in-flight counts, updated at each pick, so a scan does not herd the way
+//! lagged latency estimates alone would); if none fits, the widest headroom wins, i.e. the
+//! smallest predicted miss. So a replica predicted to miss the SLO never takes a request
+//! from one predicted to meet it, and replicas that all meet it share by load. Ties go to
+//! the first candidate from a random start.
+//!
+//! `EXPLORE_RATIO` of the requests go to the candidate that has been placed the fewest
+//! requests, whatever the predictions say, so a replica that nothing else would pick is
+//! still measured and wins its share back when it recovers (at most that ratio of the
+//! traffic is spent on it). The draws come from a seeded generator, so tests replay them.
 
 use std::sync::Arc;
 
 use crate::gateway::pick::draw::Draws;
+use crate::gateway::pick::least_queue;
 use crate::gateway::pick::policy::{
     PickContext, Policy, RequestShape, candidate_count, nth_candidate,
 };
 use crate::gateway::pick::replica::Replica;
 
-/// Share of requests placed at random, whatever the predictions say.
+/// Share of requests placed on the least-placed candidate, whatever the predictions say.
 pub const EXPLORE_RATIO: f64 = 1.0 / 32.0;
+
+/// Share of each objective a prediction must stay within to count as meeting it: a
+/// prediction is a mean, and a mean right at the objective misses it half the time.
+pub const FIT_SHARE: f64 = 0.9;
 
 /// The policy; its generator is the only state.
 #[derive(Debug)]
@@ -57,6 +67,11 @@ pub fn headroom(replica: &Replica, request: &RequestShape) -> f64 {
     ttft_margin.min(tpot_margin) - replica.load.failures() as f64
 }
 
+/// Whether a headroom means both predictions are within `FIT_SHARE` of the SLO.
+pub fn fits(headroom: f64) -> bool {
+    headroom >= 1.0 - FIT_SHARE
+}
+
 impl Policy for PredictedLatency {
     fn name(&self) -> &'static str {
         "predicted_latency"
@@ -83,9 +98,24 @@ impl Policy for PredictedLatency {
                 .min_by_key(|&n| replicas[nth_candidate(n, context)].latency.placements());
             return least_placed.map(|n| nth_candidate(n, context));
         }
-        let (first, second) = self.rng.two_of(count);
-        let (a, b) = (nth_candidate(first, context), nth_candidate(second, context));
-        let better = headroom(&replicas[b], request) > headroom(&replicas[a], request);
-        Some(if better { b } else { a })
+        let start = self.rng.below(count);
+        // (score, index) of the least loaded fitting candidate; (headroom, index) of the
+        // widest headroom overall.
+        let mut least_loaded: Option<(f64, usize)> = None;
+        let mut widest: Option<(f64, usize)> = None;
+        for step in 0..count {
+            let index = nth_candidate((start + step) % count, context);
+            let replica = &replicas[index];
+            let room = headroom(replica, request);
+            if fits(room) {
+                let score = least_queue::score(replica, context);
+                if least_loaded.is_none_or(|(best, _)| score < best) {
+                    least_loaded = Some((score, index));
+                }
+            } else if least_loaded.is_none() && widest.is_none_or(|(best, _)| room > best) {
+                widest = Some((room, index));
+            }
+        }
+        least_loaded.or(widest).map(|(_, index)| index)
     }
 }

@@ -121,12 +121,14 @@ fn a_slow_replica_loses_share_smoothly_and_wins_it_back() {
     let even = shares(&policy, &set, &healthy, 400, 1);
     assert!(even.iter().all(|&n| n > 60), "healthy replicas share: {even:?}");
     let mut degraded = healthy;
-    degraded[0] = Speed { slow: 3.0 };
+    // 4x slower: TPOT 58 ms and more, past the 50 ms objective. (A replica still within
+    // the objective keeps a share by load, see the test below.)
+    degraded[0] = Speed { slow: 4.0 };
     let slowed = shares(&policy, &set, &degraded, 400, 2);
     // Never starved (exploration keeps measuring it), yet far below a fair quarter.
     assert!(slowed[0] > 0 && slowed[0] < 40, "slowed replica's share: {slowed:?}");
-    // Healed: exploration measures it again, its predictions improve, and then it wins
-    // pairings again (on its way back to a fair 100 of 400).
+    // Healed: exploration measures it again, its predictions improve, and then it shares
+    // by load again (on its way back to a fair 100 of 400).
     let _healing = shares(&policy, &set, &healthy, 400, 3);
     let recovered = shares(&policy, &set, &healthy, 400, 4);
     assert!(recovered[0] > 2 * slowed[0], "recovered {recovered:?} after {slowed:?}");
@@ -150,4 +152,81 @@ fn a_seeded_policy_replays_its_picks_and_only_explores_when_asked() {
     let excluded = PickContext { exclude: Some(1), ..context() };
     let policy = PredictedLatency::new(9);
     assert!((0..50).all(|_| policy.pick_for(&set, &excluded, &shape(10)) != Some(1)));
+}
+
+/// Trains `replica` on `streams` scripted streams of `prompt` tokens, each placed with
+/// `others` other requests in flight, taking `ttft` to the first token and decoding at `tpot`.
+fn train(replica: &Arc<Replica>, streams: usize, others: u64, prompt: u64, ttft: f64, tpot: f64) {
+    replica.load.in_flight.store(others + 1, Ordering::Relaxed);
+    for _ in 0..streams {
+        let start = Instant::now();
+        let mut probe = LatencyProbe::begin(replica.clone(), prompt, start);
+        probe.first_token(start + Duration::from_secs_f64(ttft));
+        probe.finished(Duration::from_secs_f64(tpot));
+    }
+    replica.load.in_flight.store(0, Ordering::Relaxed);
+}
+
+fn with_slo(prompt_tokens: u64, ttft_ms: u64, tpot_ms: u64) -> RequestShape {
+    let slo =
+        EntrySlo { ttft: Duration::from_millis(ttft_ms), tpot: Duration::from_millis(tpot_ms) };
+    RequestShape { prompt_tokens, slo }
+}
+
+#[test]
+fn a_replica_predicted_to_miss_the_slo_loses_to_one_predicted_to_meet_it_however_loaded() {
+    let set = replicas(2);
+    // r0 decodes at 47 ms a token, r1 at 15 ms; both reach a first token in 100 ms.
+    train(&set[0], 30, 0, 1000, 0.1, 0.047);
+    train(&set[1], 30, 0, 1000, 0.1, 0.015);
+    set[1].load.in_flight.store(6, Ordering::Relaxed);
+    let policy = PredictedLatency::new(1).with_explore_ratio(0.0);
+    let picks = |request: RequestShape| -> [usize; 2] {
+        let mut counts = [0; 2];
+        for _ in 0..100 {
+            counts[policy.pick_for(&set, &context(), &request).unwrap()] += 1;
+        }
+        counts
+    };
+    // TPOT objective 50 ms: r0's 47 ms is within it but not within 90% of it.
+    assert_eq!(picks(with_slo(1000, 1000, 50)), [0, 100]);
+    // An objective both meet: the emptier replica takes every request.
+    assert_eq!(picks(with_slo(1000, 1000, 200)), [100, 0]);
+    // An objective neither meets: the smaller predicted miss wins.
+    assert_eq!(picks(with_slo(1000, 1000, 10)), [0, 100]);
+}
+
+#[test]
+fn ttft_is_learned_by_requests_in_flight_and_overflow_goes_to_the_slow_replica() {
+    let set = replicas(3);
+    // Healthy replicas r1 and r2: first token in 100 ms while fewer than 4 other requests
+    // are in flight, 750 ms from 4 on (their API processes are all streaming), 15 ms TPOT.
+    for replica in &set[1..] {
+        for others in 0..8 {
+            let ttft = if others < 4 { 0.1 } else { 0.75 };
+            train(replica, 6, others, 1000, ttft, 0.015);
+        }
+    }
+    // r0 decodes at 47 ms a token (within a 50 ms objective, not within 90% of it) and its
+    // first token holds at 150 ms.
+    for others in 0..8 {
+        train(&set[0], 6, others, 1000, 0.15, 0.047);
+    }
+    let predicted = |replica: &Replica, in_flight| replica.latency.predict(0, 1000, in_flight).ttft;
+    assert!((predicted(&set[1], 3) - 0.1).abs() < 0.03, "{}", predicted(&set[1], 3));
+    assert!(predicted(&set[1], 6) > 0.6, "{}", predicted(&set[1], 6));
+    let policy = PredictedLatency::new(2).with_explore_ratio(0.0);
+    let request = with_slo(1000, 500, 50);
+    let pick = |loads: [u64; 3]| {
+        for (replica, load) in set.iter().zip(loads) {
+            replica.load.in_flight.store(load, Ordering::Relaxed);
+        }
+        policy.pick_for(&set, &context(), &request).unwrap()
+    };
+    // A healthy replica with room takes the request, the less loaded first, though r0 is
+    // emptier: it is predicted to miss.
+    assert_eq!(pick([0, 3, 2]), 2);
+    assert_eq!(pick([0, 2, 3]), 1);
+    // Every healthy replica is past its knee: the slow one, still within the SLO, takes it.
+    assert_eq!(pick([2, 5, 4]), 0);
 }

@@ -1,0 +1,170 @@
+//! A replica's TTFT model: a line over the prompt tokens a request has to get through, with
+//! one intercept per number of other requests in flight on the replica when it was placed.
+//!
+//! A line over prompt tokens alone cannot show what concurrency does to a first token:
+//! API-server event loops busy streaming other requests' tokens preprocess a new prompt late
+//! (on the simulator's `h20-tp8`, TTFT jumps once every API process carries a stream), and a
+//! running batch shares each engine step with a prefill. Fitted over all samples, such a line
+//! puts that concurrency in its intercept, so a replica looks slow at every load after a busy
+//! spell, and in its slope whenever long prompts meet more concurrency than short ones.
+//!
+//! So the slope is fitted within each in-flight count (least squares with one intercept per
+//! count: only how TTFT varies with tokens at a given count informs it), and each count's
+//! intercept is its own samples' mean net of that slope. Samples decay by a constant factor
+//! per sample on the replica; a count's intercept is shrunk toward the count below it while
+//! its own samples are few or old, and read as never falling as the count grows. A count
+//! the replica has not been seen at is predicted as the highest below it: optimistic, so the
+//! policy tries it and learns. The last count stands for that many or more.
+
+/// In-flight counts told apart; the last stands for `COUNTS - 1` or more.
+pub const COUNTS: usize = 32;
+/// Weight every sample keeps when the replica reports another: the samples are spread over
+/// the counts, so they must be kept longer than a single line's (a few dozen requests).
+const DECAY: f64 = 0.98;
+/// How many samples the count below weighs against a count's own.
+const NEIGHBOUR_WEIGHT: f64 = 1.0;
+/// Share of the prior's slope that the fitted slope never falls below (as the line fit's).
+const MIN_SLOPE_SHARE: f64 = 0.25;
+
+/// Decayed sums per in-flight count, and the prior that anchors the fit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TtftByConcurrency {
+    /// Per count: weight, tokens, TTFT, tokens^2, tokens x TTFT.
+    sums: [[f64; 5]; COUNTS],
+    prior_intercept: f64,
+    prior_slope: f64,
+    /// The prior's pull on the slope: weight x spread of its span (see `slope`).
+    prior_spread: f64,
+    samples: u64,
+}
+
+/// The count a number of requests in flight is kept under.
+pub fn slot(in_flight: u64) -> usize {
+    usize::try_from(in_flight).unwrap_or(usize::MAX).min(COUNTS - 1)
+}
+
+impl TtftByConcurrency {
+    /// A model that reads `intercept + slope * tokens` at every count until samples say
+    /// otherwise. The slope prior weighs as much as `prior_weight` samples at each end of
+    /// `x_low..x_high` would; it never decays.
+    pub fn new(intercept: f64, slope: f64, (x_low, x_high): (f64, f64), prior_weight: f64) -> Self {
+        let half_span = (x_high - x_low) / 2.0;
+        Self {
+            sums: [[0.0; 5]; COUNTS],
+            prior_intercept: intercept,
+            prior_slope: slope,
+            prior_spread: 2.0 * prior_weight * half_span * half_span,
+            samples: 0,
+        }
+    }
+
+    /// A request placed with `others` requests already in flight, behind `tokens` prompt
+    /// tokens (its own included), had its first token after `ttft` seconds. Non-finite
+    /// samples are ignored.
+    pub fn observe(&mut self, others: u64, tokens: f64, ttft: f64) {
+        if !tokens.is_finite() || !ttft.is_finite() {
+            return;
+        }
+        for sums in &mut self.sums {
+            for sum in sums.iter_mut() {
+                *sum *= DECAY;
+            }
+        }
+        let sums = &mut self.sums[slot(others)];
+        sums[0] += 1.0;
+        sums[1] += tokens;
+        sums[2] += ttft;
+        sums[3] += tokens * tokens;
+        sums[4] += tokens * ttft;
+        self.samples += 1;
+    }
+
+    pub fn samples(&self) -> u64 {
+        self.samples
+    }
+
+    /// Seconds per prompt token: the within-count least-squares slope, the prior counted as
+    /// one more group, never below a quarter of the prior's.
+    pub fn slope(&self) -> f64 {
+        let (mut spread, mut covariance) =
+            (self.prior_spread, self.prior_slope * self.prior_spread);
+        for [weight, x, y, xx, xy] in self.sums {
+            if weight > f64::EPSILON {
+                spread += xx - x * x / weight;
+                covariance += xy - x * y / weight;
+            }
+        }
+        let fitted = if spread > f64::EPSILON { covariance / spread } else { self.prior_slope };
+        fitted.max(self.prior_slope * MIN_SLOPE_SHARE)
+    }
+
+    /// TTFT at zero prompt tokens for each count of other requests in flight.
+    pub fn intercepts(&self) -> [f64; COUNTS] {
+        let slope = self.slope();
+        let mut intercepts = [self.prior_intercept; COUNTS];
+        // Count zero is shrunk toward the prior, every other count toward the one below,
+        // which it never falls under.
+        let (mut toward, mut floor) = (self.prior_intercept, f64::NEG_INFINITY);
+        for (intercept, [weight, x, y, _, _]) in intercepts.iter_mut().zip(self.sums) {
+            let own = y - slope * x;
+            let shrunk = (own + NEIGHBOUR_WEIGHT * toward) / (weight + NEIGHBOUR_WEIGHT);
+            *intercept = shrunk.max(floor);
+            (toward, floor) = (*intercept, *intercept);
+        }
+        intercepts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model() -> TtftByConcurrency {
+        TtftByConcurrency::new(0.05, 1e-5, (0.0, 16_384.0), 0.05)
+    }
+
+    #[test]
+    fn nothing_seen_reads_the_prior_at_every_count() {
+        let model = model();
+        assert!(model.intercepts().iter().all(|&v| v == 0.05));
+        assert!((model.slope() - 1e-5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_jump_at_a_count_is_learned_and_held_above_it_without_bending_the_slope() {
+        let mut model = model();
+        // 100 ms + 50 us a token while up to 3 others are in flight; 600 ms more from 4 on.
+        // Long prompts come more often at high counts: a single line would blame them.
+        for n in 0..280u64 {
+            let others = n % 7;
+            let tokens = if others >= 4 || n % 3 == 0 { 9000.0 } else { 1000.0 };
+            let jump = if others >= 4 { 0.6 } else { 0.0 };
+            model.observe(others, tokens, 0.1 + 5e-5 * tokens + jump);
+        }
+        assert!((model.slope() - 5e-5).abs() < 2e-6, "{}", model.slope());
+        let intercepts = model.intercepts();
+        assert!((intercepts[2] - 0.1).abs() < 0.02, "{intercepts:?}");
+        assert!(intercepts[4] > 0.55 && intercepts[6] > 0.65, "{intercepts:?}");
+        // Never seen beyond 6: read as at 6, not as nothing.
+        assert!((intercepts[20] - intercepts[6]).abs() < 1e-9, "{intercepts:?}");
+        assert!(intercepts.windows(2).all(|pair| pair[1] >= pair[0]), "{intercepts:?}");
+    }
+
+    #[test]
+    fn a_count_not_seen_for_long_fades_to_the_one_below() {
+        let mut model = model();
+        for _ in 0..20 {
+            model.observe(5, 1000.0, 1.0);
+        }
+        assert!(model.intercepts()[5] > 0.9);
+        // The replica has been seen only at low counts since.
+        for _ in 0..300 {
+            model.observe(1, 1000.0, 0.1);
+        }
+        let intercepts = model.intercepts();
+        assert!(intercepts[5] < 0.15, "{intercepts:?}");
+        model.observe(2, f64::NAN, 1.0);
+        model.observe(2, 1000.0, f64::INFINITY);
+        assert!(model.intercepts().iter().all(|v| v.is_finite()));
+    }
+}
