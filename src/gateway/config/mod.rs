@@ -6,6 +6,7 @@ mod canary;
 mod capacity;
 mod models;
 mod prefix;
+mod quota_store;
 mod raw;
 pub mod reliability;
 mod slo;
@@ -27,6 +28,7 @@ pub use canary::{AdminConfig, CanaryConfig, DEFAULT_VARIANT_NAME, PoolConfig, Va
 pub use capacity::{CapacityConfig, Placement};
 pub use models::{ModelsConfig, UnknownModel};
 pub use prefix::PrefixConfig;
+pub use quota_store::QuotaStoreConfig;
 pub use slo::{EntrySlo, RawEntrySlo};
 pub use tenants::{TenantConfig, TenantLimits};
 pub use validate::{ConfigError, ConfigIssue};
@@ -183,6 +185,9 @@ pub struct GatewayConfig {
     pub models: ModelsConfig,
     /// Named keys and their limits (`[[tenants]]`).
     pub tenants: Vec<TenantConfig>,
+    /// Where the tenants' counters are shared between gateways (`[limits] store`); `None`:
+    /// each gateway counts alone.
+    pub quota_store: Option<QuotaStoreConfig>,
 }
 
 /// The configuration used when none is given; replicas are added by the caller.

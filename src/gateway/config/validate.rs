@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::canary;
 use super::capacity;
 use super::models;
+use super::quota_store;
 use super::raw::{RawConfig, RawEntries, RawEntry, RawReplica};
 use super::reliability::{self, Ranges, RawReliability, ReliabilityConfig};
 use super::tenants;
@@ -179,6 +180,7 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
             ApiKeys::from_raw(auth).map_err(|(path, message)| issues.add(path, message)).ok()
         }),
         tenants: tenants::tenants(&raw.tenants, issues),
+        quota_store: quota_store::quota_store(&raw.limits, issues),
         upstream_tls: raw.upstream_tls.as_ref().map_or_else(UpstreamTlsConfig::default, |raw| {
             UpstreamTlsConfig::from_raw(raw).unwrap_or_else(|found| {
                 for (path, message) in found {

@@ -272,7 +272,7 @@ async fn pick_and_forward(
     let quota = match &tenant {
         Some(tenant) => {
             let prompt_tokens = classification.prompt_tokens;
-            Some(state.tenants.admit(tenant, prompt_tokens, Instant::now())?)
+            Some(state.tenants.admit(tenant, prompt_tokens).await?)
         }
         None => None,
     };
