@@ -11,7 +11,7 @@ pub struct TenantMetrics {
     pub(super) store_outages: IntCounter,
     /// Tenant requests decided on local counters because the shared store did not answer.
     pub(super) store_fallbacks: IntCounter,
-    /// 1 while the shared store answers, 0 while it does not; absent without one.
+    /// 1 while the shared store answers; 0 while it does not, and without one.
     pub(super) store_up: IntGauge,
 }
 
