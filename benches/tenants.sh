@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fairness between tenants and priority bands, measured through laneway's admission queue.
-# One simulated h20-tp8 replica (clock speed 2) behind a gateway that admits 8 requests to it
-# at once; the rest wait in the gateway's fair queue (64 places, 2 s). Two `laneway bench`
+# One simulated h20-tp8 replica (clock speed 2, API_WORKERS API processes, default 4) behind a
+# gateway that admits PER_REPLICA requests to it at once (default 4); the rest wait in the
+# gateway's fair queue (64 places, 2 s). Two `laneway bench`
 # processes send at the same time, open loop (Poisson), 1000/64 streamed requests:
 #   capacity  closed loop through the gateway, 16 clients: C requests/s
 #   light     the light key alone at 3C/11 (its unloaded TTFT)
@@ -21,6 +22,8 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 OUT="${1:?usage: benches/tenants.sh OUT_DIR [SECONDS]}"
 SECONDS_PER_RUN="${2:-45}"
 LANEWAY="${LANEWAY:-$ROOT/target/release/laneway}"
+API_WORKERS="${API_WORKERS:-4}"
+PER_REPLICA="${PER_REPLICA:-4}"
 WORK="$(mktemp -d /tmp/laneway-tenants.XXXXXX)"
 PIDS=()
 cleanup() {
@@ -33,7 +36,7 @@ trap cleanup EXIT
 source "$ROOT/benches/peers/listening.sh"
 mkdir -p "$OUT"
 
-"$LANEWAY" sim --port 0 --profile h20-tp8 --speed 2 --id sim-0 --seed 1 \
+"$LANEWAY" sim --port 0 --profile h20-tp8 --speed 2 --id sim-0 --seed 1 --api-workers "$API_WORKERS" \
     >"$WORK/sim.out" 2>"$WORK/sim.err" &
 PIDS+=($!)
 SIM="$(listening_url "$WORK/sim.out")"
@@ -42,7 +45,7 @@ SIM="$(listening_url "$WORK/sim.out")"
 for kind in tenants plain; do
     {
         echo "[admission]"
-        echo "max_in_flight_per_replica = 8"
+        echo "max_in_flight_per_replica = $PER_REPLICA"
         echo "queue_size = 64"
         echo "queue_timeout_ms = 2000"
         echo "[[replicas]]"
@@ -80,7 +83,7 @@ xz -9 -c "$WORK/capacity.json" >"$OUT/capacity.json.xz"
 CAPACITY="$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["targets"][0]["summary"]; print(s["qpm"]/60)' "$WORK/capacity.json")"
 rate() { python3 -c "print(round($CAPACITY * $1, 2))"; }
 LIGHT="$(rate 3/11)"; HEAVY="$(rate 30/11)"; HIGH="$(rate 1/3)"; FLOOD="$(rate 3)"
-echo "capacity $CAPACITY req/s: light $LIGHT, heavy $HEAVY, high $HIGH, flood $FLOOD" | tee "$OUT/rates.txt"
+echo "api workers $API_WORKERS, per replica $PER_REPLICA, capacity $CAPACITY req/s: light $LIGHT, heavy $HEAVY, high $HIGH, flood $FLOOD" | tee "$OUT/rates.txt"
 
 run light-alone "$TENANTS" "$LIGHT" 1 "authorization: Bearer sk-light"
 run fair-heavy "$TENANTS" "$HEAVY" 2 "authorization: Bearer sk-heavy" &

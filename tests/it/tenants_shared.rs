@@ -1,8 +1,8 @@
 //! Tenants' quotas shared through Redis (`[limits] store`): two gateways on one Redis
 //! enforce one budget, a Redis killed mid-run fails no request (local limits take over, the
-//! outage is counted), and concurrency places are released across gateways. Each test runs
-//! its own `redis-server` on a free loopback port; without the binary the tests say so and
-//! pass.
+//! outage is counted), and concurrency places are released across gateways (a crashed
+//! gateway's when they lapse). Each test runs its own `redis-server` on a free loopback
+//! port; without the binary the tests say so and pass.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -122,6 +122,9 @@ async fn admitted(
     }
     panic!("the place never freed");
 }
+
+/// The `single` tenant's concurrency leases, as the tests' gateways name them.
+const LEASES: &str = "it-quota:{single}:leases";
 
 const FALLBACKS: &str = "laneway_quota_store_fallbacks_total";
 const OUTAGES: &str = "laneway_quota_store_outages_total";
@@ -289,6 +292,22 @@ async fn a_stream_ending_on_one_gateway_frees_its_place_on_the_other() {
     let second = shared_gateway(&sims, tenants(), &redis, 2000).await;
     let client = reqwest::Client::new();
     let short = chat_body(20, 2, false);
+    let store = redis::Client::open(redis.url()).unwrap();
+    let mut connection = store.get_multiplexed_async_connection().await.unwrap();
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut connection).await.unwrap();
+    let now_ms = secs * 1000 + micros / 1000;
+    let lease = |expires_ms: u64, id: &str| {
+        let mut add = redis::cmd("ZADD");
+        add.arg(LEASES).arg(expires_ms).arg(id);
+        add
+    };
+    // A place a crashed gateway held, not yet lapsed, still counts...
+    lease(now_ms + 60_000, "crashed-0").query_async::<i64>(&mut connection).await.unwrap();
+    assert_eq!(post_as(&client, &second, "sk-single", &short).await.status(), 429);
+    // ...a lapsed one does not.
+    redis::cmd("DEL").arg(LEASES).query_async::<i64>(&mut connection).await.unwrap();
+    lease(now_ms - 1, "crashed-1").query_async::<i64>(&mut connection).await.unwrap();
+    assert_eq!(post_as(&client, &second, "sk-single", &short).await.status(), 200);
     for _ in 0..3 {
         let mut open = admitted(&client, &first, &chat_body(20, 200, true)).await;
         let refused = post_as(&client, &second, "sk-single", &short).await;
@@ -298,12 +317,10 @@ async fn a_stream_ending_on_one_gateway_frees_its_place_on_the_other() {
         // Released in the background once the stream ends: the other gateway admits soon.
         admitted(&client, &second, &short).await.bytes().await.unwrap();
     }
-    let client = redis::Client::open(redis.url()).unwrap();
-    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
     let mut held = u64::MAX;
     for _ in 0..200 {
         let mut count = redis::cmd("ZCARD");
-        held = count.arg("it-quota:{single}:leases").query_async(&mut connection).await.unwrap();
+        held = count.arg(LEASES).query_async(&mut connection).await.unwrap();
         if held == 0 {
             break;
         }
