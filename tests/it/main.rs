@@ -40,4 +40,5 @@ mod sim_faults;
 mod sim_load;
 mod sim_prefix_cache;
 mod tenants;
+mod tenants_shared;
 mod topologies;

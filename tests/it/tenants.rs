@@ -145,7 +145,7 @@ async fn by_default_any_name_reaches_any_replica() {
     gateway.shutdown().await;
 }
 
-fn tenant(name: &str, key: &str, limits: TenantLimits) -> TenantConfig {
+pub(crate) fn tenant(name: &str, key: &str, limits: TenantLimits) -> TenantConfig {
     TenantConfig {
         name: name.into(),
         keys: vec![key.into()],
@@ -157,7 +157,7 @@ fn tenant(name: &str, key: &str, limits: TenantLimits) -> TenantConfig {
 }
 
 /// A config whose tenants are `tenants` (their keys become the API keys).
-fn with_tenants(sims: &[SimHandle], tenants: Vec<TenantConfig>) -> GatewayConfig {
+pub(crate) fn with_tenants(sims: &[SimHandle], tenants: Vec<TenantConfig>) -> GatewayConfig {
     let mut config = config_for(sims);
     let keys: Vec<&str> = tenants.iter().flat_map(|t| t.keys.iter().map(String::as_str)).collect();
     config.auth = Some(ApiKeys::new(keys, false));
@@ -165,7 +165,7 @@ fn with_tenants(sims: &[SimHandle], tenants: Vec<TenantConfig>) -> GatewayConfig
     config
 }
 
-async fn post_as(
+pub(crate) async fn post_as(
     client: &reqwest::Client,
     gateway: &GatewayHandle,
     key: &str,

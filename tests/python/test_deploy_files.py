@@ -33,11 +33,12 @@ def assert_flags_exist(args):
 
 
 def k8s_documents():
-    for path in sorted(K8S.glob("*.yaml")):
+    # Beside the base, the optional shared quota store in redis/.
+    for path in sorted([*K8S.glob("*.yaml"), *K8S.glob("redis/*.yaml")]):
         if path.name == "kustomization.yaml":
             continue
         for document in yaml.safe_load_all(path.read_text()):
-            yield path.name, document
+            yield str(path.relative_to(K8S)), document
 
 
 @pytest.mark.parametrize("name,document", list(k8s_documents()), ids=lambda v: v if isinstance(v, str) else "")
@@ -55,6 +56,8 @@ def test_kustomization_lists_every_manifest():
     listed = set(yaml.safe_load((K8S / "kustomization.yaml").read_text())["resources"])
     present = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
     assert listed == present
+    redis = yaml.safe_load((K8S / "redis" / "kustomization.yaml").read_text())["resources"]
+    assert redis == ["redis.yaml"]
 
 
 def test_deployment_runs_real_flags_and_drains_within_grace_period():
@@ -81,7 +84,7 @@ def test_configs_shipped_for_deployment_pass_laneway_check(tmp_path):
 def test_compose_services_run_real_commands():
     compose = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())
     services = compose["services"]
-    assert {"laneway", "prometheus", "grafana", "sim-0", "sim-1", "sim-2", "sim-3"} <= set(services)
+    assert {"laneway", "redis", "prometheus", "grafana", "sim-0", "sim-1", "sim-2", "sim-3"} <= set(services)
     for name, service in services.items():
         if service.get("image", "").startswith("laneway"):
             assert_flags_exist(service["command"])

@@ -37,12 +37,18 @@ pub struct FairClock {
 }
 
 impl FairClock {
-    /// The rank of a newcomer of `flow` with id `id`.
-    pub fn rank(&mut self, flow: &Flow, id: u64) -> Rank {
+    /// The rank a newcomer of `flow` with id `id` would get, without giving it.
+    pub fn peek(&self, flow: &Flow, id: u64) -> Rank {
         let last = self.last_finish.get(&flow.key).copied().unwrap_or(0.0);
         let finish = self.now.max(last) + 1.0 / f64::from(flow.weight.max(1));
-        self.last_finish.insert(flow.key.clone(), finish);
         Rank { band: flow.band, finish, id }
+    }
+
+    /// The rank of a newcomer of `flow` with id `id`.
+    pub fn rank(&mut self, flow: &Flow, id: u64) -> Rank {
+        let rank = self.peek(flow, id);
+        self.last_finish.insert(flow.key.clone(), rank.finish);
+        rank
     }
 
     /// A waiter left the queue: virtual time has reached its turn. An empty queue forgets

@@ -3,7 +3,8 @@
 //! served. A freed place wakes the waiter at the front only, which either takes it or,
 //! when the place is of no use to it (another pool's replica), hands the wake-up to the
 //! waiter behind it. No stampede of every waiter on every release. A full queue sheds its
-//! last waiter for a newcomer of a higher band.
+//! last waiter for a newcomer that ranks before it (a higher band, or a lighter tenant of
+//! the same band), so that a heavy tenant's backlog, not a light tenant, takes the 429s.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -64,20 +65,21 @@ impl WaitQueue {
         self.join_as(capacity, &Flow::default())
     }
 
-    /// Joins in `flow`'s fair place. A full queue refuses the newcomer, unless its last
-    /// waiter is of a lower band: that one is shed (woken to give up) instead.
+    /// Joins in `flow`'s fair place. A full queue refuses the newcomer, unless the newcomer
+    /// ranks before its last waiter (a higher band, or an earlier fair turn in the same
+    /// band): that one is shed (woken to give up) instead.
     pub fn join_as(&self, capacity: usize, flow: &Flow) -> Option<Ticket<'_>> {
         let mut waiting = self.waiters.lock();
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         if waiting.order.len() >= capacity {
             let last = waiting.order.back()?;
-            if capacity == 0 || last.rank.band() >= flow.band {
+            if capacity == 0 || !waiting.clock.peek(flow, id).before(&last.rank) {
                 return None;
             }
             let shed = waiting.order.pop_back().expect("checked above");
             shed.shed.store(true, Ordering::SeqCst);
             shed.wake.notify_one();
         }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let rank = waiting.clock.rank(flow, id);
         let waiter =
             Arc::new(Waiter { id, rank, wake: Notify::new(), shed: AtomicBool::new(false) });
@@ -138,11 +140,17 @@ impl Ticket<'_> {
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
         let mut waiting = self.queue.waiters.lock();
-        if let Some(at) = waiting.order.iter().position(|waiter| waiter.id == self.waiter.id) {
+        let at = waiting.order.iter().position(|waiter| waiter.id == self.waiter.id);
+        if let Some(at) = at {
             waiting.order.remove(at);
         }
         let empty = waiting.order.is_empty();
-        waiting.clock.left(&self.waiter.rank, empty);
+        // Virtual time follows the turns served, from the front; a waiter shed from the back
+        // (or timed out behind others) moves it not, or the next light newcomer would rank
+        // behind the heavy backlog that was just cut.
+        if at == Some(0) || empty {
+            waiting.clock.left(&self.waiter.rank, empty);
+        }
         self.queue.length.store(waiting.order.len(), Ordering::SeqCst);
         // A wake-up this waiter received but did not use (it left: admitted, timed out or
         // gone) belongs to the next one; a spurious wake-up only costs it one check.
@@ -180,5 +188,25 @@ mod tests {
         let _held = queue.join(1).unwrap();
         assert!(queue.join(1).is_none());
         assert!(queue.join(0).is_none());
+    }
+
+    #[test]
+    fn a_full_queue_sheds_a_heavy_tenants_last_waiter_for_a_light_newcomer() {
+        let queue = WaitQueue::default();
+        let flow = |key: &str| Flow { key: Arc::from(key), weight: 1, band: 4 };
+        let mut heavy: Vec<_> = (0..4).map(|_| queue.join_as(4, &flow("heavy")).unwrap()).collect();
+        // The heavy tenant's own newcomer ranks last: refused.
+        assert!(queue.join_as(4, &flow("heavy")).is_none());
+        // A light tenant's first request ranks second: the heavy tenant's last one goes.
+        let light = queue.join_as(4, &flow("light")).expect("ranks before the last waiter");
+        assert!(heavy[3].was_shed() && !heavy[2].was_shed());
+        assert_eq!(queue.len(), 4);
+        // The shed waiter's leaving serves no turn: the light tenant's next request still
+        // ranks third, before the heavy tenant's third, which goes in turn.
+        drop(heavy.pop());
+        let _light_again = queue.join_as(4, &flow("light")).expect("still before the last");
+        assert!(heavy[2].was_shed() && !heavy[1].was_shed());
+        drop(heavy);
+        assert!(light.is_front());
     }
 }

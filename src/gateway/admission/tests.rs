@@ -180,8 +180,9 @@ async fn higher_bands_go_first_and_a_full_queue_sheds_its_lowest() {
     until_waiting(&admission, 2).await;
     let normal = queue_one(&admission, &picker, flow("app", 4), "normal", &order);
     until_waiting(&admission, 3).await;
-    // Full: a newcomer of the lowest band present is refused at once...
-    let (pick, lowest) = (|limit| picker.pick_within(None, limit), flow("x", 1));
+    // Full: a newcomer that ranks after the last waiter (its own tenant's third request in
+    // the lowest band present) is refused at once...
+    let (pick, lowest) = (|limit| picker.pick_within(None, limit), flow("bulk", 1));
     let refused = admission.admit_as(&pick, 0, &lowest).await;
     assert!(matches!(refused, Err(GatewayError::Overloaded { .. })));
     // ...one of a higher band sheds the last low waiter and takes its place.

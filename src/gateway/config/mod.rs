@@ -10,6 +10,7 @@ pub mod discovery;
 mod entry;
 mod models;
 mod prefix;
+mod quota_store;
 mod raw;
 pub mod reliability;
 mod slo;
@@ -31,6 +32,7 @@ pub use discovery::{DiscoveryConfig, DnsDiscovery, KubernetesDiscovery, Resolver
 pub use entry::{Entry, Strategy, UnknownEntry};
 pub use models::{ModelsConfig, UnknownModel};
 pub use prefix::PrefixConfig;
+pub use quota_store::QuotaStoreConfig;
 pub use slo::{EntrySlo, RawEntrySlo};
 pub use tenants::{DEFAULT_BAND, Flow, MAX_BAND, TenantConfig, TenantLimits};
 pub use validate::{ConfigError, ConfigIssue, Issues};
@@ -187,6 +189,9 @@ pub struct GatewayConfig {
     pub models: ModelsConfig,
     /// Named keys and their limits (`[[tenants]]`).
     pub tenants: Vec<TenantConfig>,
+    /// Where the tenants' counters are shared between gateways (`[limits] store`); `None`:
+    /// each gateway counts alone.
+    pub quota_store: Option<QuotaStoreConfig>,
 }
 
 /// The configuration used when none is given; replicas are added by the caller.

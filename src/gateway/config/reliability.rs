@@ -60,6 +60,10 @@ pub struct RawLimits {
     pub max_header_bytes: Option<i64>,
     pub max_headers: Option<i64>,
     pub h2_max_concurrent_streams: Option<i64>,
+    /// Tenants' shared counters (`redis://...`), read by `quota_store`.
+    pub store: Option<String>,
+    pub store_key_prefix: Option<String>,
+    pub store_timeout_ms: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -14,6 +14,7 @@ use super::Strategy;
 use super::canary;
 use super::capacity;
 use super::models;
+use super::quota_store;
 use super::raw::{RawConfig, RawEntries, RawEntry, RawReplica};
 use super::reliability::{self, Ranges, RawReliability, ReliabilityConfig};
 use super::tenants;
@@ -217,6 +218,7 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
         }),
         auth: raw.auth.as_ref().and_then(|auth| ApiKeys::from_raw(auth, issues)),
         tenants: tenants::tenants(&raw.tenants, issues),
+        quota_store: quota_store::quota_store(&raw.limits, issues),
         upstream_tls: raw.upstream_tls.as_ref().map_or_else(UpstreamTlsConfig::default, |raw| {
             UpstreamTlsConfig::from_raw(raw).unwrap_or_else(|found| {
                 for (path, message) in found {

@@ -3,7 +3,7 @@
 //! other paths go to a picked replica untouched.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::request::Parts;
@@ -259,7 +259,7 @@ async fn pick_and_forward(
     };
     if let Some(tenant) = &tenant {
         // The response carries the tenant's `x-ratelimit-*` headers (see `respond`).
-        ctx.quota = Some(state.tenants.admit(tenant, ctx.prompt_tokens, Instant::now())?);
+        ctx.quota = Some(state.tenants.admit(tenant, ctx.prompt_tokens).await?);
     }
     // Assign the canary variant; its pool, policy and strategy serve the request.
     let variant = state.variants.choose(entry, &parts.headers, &state.picker, &state.metrics);

@@ -48,6 +48,13 @@ impl Bucket {
         self.level -= self.need(amount);
     }
 
+    /// Takes `amount` whatever the level (down to one bucket of debt): the shared store
+    /// admitted the request, and this bucket only follows.
+    pub fn charge(&mut self, amount: u64, now: Instant) {
+        let need = self.need(amount) as i64;
+        self.settle(need, now);
+    }
+
     /// Corrects an earlier take by `delta` (positive: more was used than taken). The level
     /// may go below zero, a debt the next requests wait out, but never below one bucket.
     pub fn settle(&mut self, delta: i64, now: Instant) {

@@ -2,11 +2,15 @@
 //! tenant's requests per minute, tokens per minute (the prompt estimate reserved now, the
 //! response's `usage` settled when the body ends) and requests at once. Every admitted or
 //! refused request gets OpenAI's `x-ratelimit-*` headers; a refusal is a 429 with
-//! `Retry-After`. Counters are per gateway; a reload starts them again.
+//! `Retry-After`. Counters are per gateway (a reload starts them again) unless `[limits]
+//! store` shares them in Redis; local counters are kept either way, and decide whenever
+//! the store does not answer.
 
 pub mod bucket;
 pub mod headers;
 mod metrics;
+pub mod shared_store;
+mod store_health;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,16 +22,19 @@ use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
 use crate::gateway::config::Flow;
-use crate::gateway::config::{TenantConfig, TenantLimits};
+use crate::gateway::config::{QuotaStoreConfig, TenantConfig, TenantLimits};
 use crate::gateway::secrets::bearer;
 use bucket::Bucket;
 pub use headers::RateLimitHeaders;
 pub use metrics::TenantMetrics;
+use shared_store::{Lease, SharedStore, StoreVerdict};
 
 /// Every tenant, found by the SHA-256 of its keys.
 pub struct Tenants {
     by_key: HashMap<[u8; 32], Arc<Tenant>>,
     metrics: Arc<TenantMetrics>,
+    /// Counters shared with other gateways, if configured.
+    store: Option<SharedStore>,
 }
 
 /// One tenant's live counters.
@@ -57,7 +64,18 @@ pub struct QuotaExceeded {
 }
 
 impl Tenants {
-    pub fn new(config: &[TenantConfig], metrics: Arc<TenantMetrics>) -> Self {
+    /// The tenants of `config`, their counters shared through `store` if given (which then
+    /// needs a tokio runtime).
+    pub fn new(
+        config: &[TenantConfig],
+        store: Option<&QuotaStoreConfig>,
+        metrics: Arc<TenantMetrics>,
+    ) -> Self {
+        let store = store.filter(|_| !config.is_empty()).and_then(|store| {
+            SharedStore::open(store, metrics.clone())
+                .inspect_err(|error| tracing::warn!(%error, "shared quota store unusable"))
+                .ok()
+        });
         let now = Instant::now();
         let mut by_key = HashMap::new();
         for tenant in config {
@@ -80,7 +98,7 @@ impl Tenants {
                 by_key.insert(Sha256::digest(key.trim().as_bytes()).into(), live.clone());
             }
         }
-        Self { by_key, metrics }
+        Self { by_key, metrics, store }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -96,8 +114,64 @@ impl Tenants {
         self.by_key.get(&key).cloned()
     }
 
-    /// Admits one request of `prompt_tokens` (estimated) for `tenant` at `now`.
-    pub fn admit(
+    /// Admits one request of `prompt_tokens` (estimated) for `tenant`: by the shared store
+    /// if there is one and it answers in time, else by this gateway's counters.
+    pub async fn admit(
+        &self,
+        tenant: &Arc<Tenant>,
+        prompt_tokens: u64,
+    ) -> Result<QuotaTicket, QuotaExceeded> {
+        let Some(store) = &self.store else {
+            return self.admit_locally(tenant, prompt_tokens, Instant::now());
+        };
+        match store.admit(&tenant.name, tenant.limits, prompt_tokens).await {
+            Some(verdict) => self.apply(tenant, prompt_tokens, verdict, store),
+            None => {
+                store.fell_back();
+                let mut ticket = self.admit_locally(tenant, prompt_tokens, Instant::now())?;
+                // Nothing was reserved in the store: settlement charges it all there.
+                ticket.shared = Some(SharedHold { store: store.clone(), reserved: 0, lease: None });
+                Ok(ticket)
+            }
+        }
+    }
+
+    /// Follows the store's verdict; an admitted request is charged to the local counters
+    /// too, so that they are current should the store stop answering.
+    fn apply(
+        &self,
+        tenant: &Arc<Tenant>,
+        prompt_tokens: u64,
+        verdict: StoreVerdict,
+        store: &SharedStore,
+    ) -> Result<QuotaTicket, QuotaExceeded> {
+        if let Some((what, wait)) = verdict.refused {
+            self.metrics.record_refused(&tenant.name, what);
+            return Err(QuotaExceeded {
+                tenant: tenant.name.clone(),
+                what,
+                retry_after_secs: wait.as_secs_f64().ceil().max(1.0) as u64,
+                headers: verdict.headers,
+            });
+        }
+        let now = Instant::now();
+        let mut buckets = tenant.buckets.lock();
+        if let Some(bucket) = &mut buckets.requests {
+            bucket.charge(1, now);
+        }
+        if let Some(bucket) = &mut buckets.tokens {
+            bucket.charge(prompt_tokens, now);
+        }
+        drop(buckets);
+        let mut ticket = self.ticket(tenant, prompt_tokens, verdict.headers);
+        let reserved = prompt_tokens.min(tenant.limits.tokens_per_minute.unwrap_or(0));
+        ticket.shared = Some(SharedHold { store: store.clone(), reserved, lease: verdict.lease });
+        Ok(ticket)
+    }
+
+    /// Admits one request of `prompt_tokens` (estimated) for `tenant` at `now` on this
+    /// gateway's counters alone.
+    pub fn admit_locally(
         &self,
         tenant: &Arc<Tenant>,
         prompt_tokens: u64,
@@ -141,15 +215,24 @@ impl Tenants {
         }
         let headers = RateLimitHeaders::read(&mut buckets, now);
         drop(buckets);
+        Ok(self.ticket(tenant, prompt_tokens, headers))
+    }
+
+    fn ticket(
+        &self,
+        tenant: &Arc<Tenant>,
+        prompt_tokens: u64,
+        headers: RateLimitHeaders,
+    ) -> QuotaTicket {
         tenant.in_flight.fetch_add(1, Ordering::Relaxed);
         self.metrics.record_admitted(&tenant.name, tenant.in_flight());
-        Ok(QuotaTicket {
+        QuotaTicket {
             tenant: tenant.clone(),
             metrics: self.metrics.clone(),
             reserved_tokens: prompt_tokens,
             headers,
-            settled: false,
-        })
+            shared: None,
+        }
     }
 }
 
@@ -173,19 +256,32 @@ pub struct QuotaTicket {
     reserved_tokens: u64,
     /// The limits as they stood after admission, for the response's headers.
     pub headers: RateLimitHeaders,
-    settled: bool,
+    /// Its part in the shared store, when there is one.
+    shared: Option<SharedHold>,
+}
+
+/// What an admitted request holds in the shared store.
+struct SharedHold {
+    store: SharedStore,
+    /// Tokens reserved there (none if the request was admitted locally).
+    reserved: u64,
+    lease: Option<Lease>,
 }
 
 impl QuotaTicket {
     /// Charges what the request really used (the response's `usage`, prompt plus
     /// completion) instead of the reservation.
-    pub fn settle(mut self, prompt_tokens: u64, completion_tokens: u64) {
+    pub fn settle(self, prompt_tokens: u64, completion_tokens: u64) {
         let used = prompt_tokens + completion_tokens;
         if let Some(bucket) = &mut self.tenant.buckets.lock().tokens {
             bucket.settle(used as i64 - self.reserved_tokens as i64, Instant::now());
         }
         self.metrics.record_tokens(&self.tenant.name, prompt_tokens, completion_tokens);
-        self.settled = true;
+        let limit = self.tenant.limits.tokens_per_minute;
+        if let (Some(shared), Some(limit)) = (&self.shared, limit) {
+            let delta = used as i64 - shared.reserved as i64;
+            shared.store.settle(&self.tenant.name, limit, delta);
+        }
     }
 }
 
@@ -193,6 +289,9 @@ impl Drop for QuotaTicket {
     fn drop(&mut self) {
         let left = self.tenant.in_flight.fetch_sub(1, Ordering::Relaxed) - 1;
         self.metrics.set_in_flight(&self.tenant.name, left);
+        if let Some(SharedHold { store, lease: Some(lease), .. }) = self.shared.take() {
+            store.release(lease);
+        }
     }
 }
 

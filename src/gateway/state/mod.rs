@@ -123,7 +123,11 @@ impl GatewayState {
         let variants = Variants::new(&config, &upstream_tls);
         shared.prefix.index.set_capacity_bytes(config.prefix.index_bytes);
         shared.canary.set_layout(variants.layout());
-        let tenants = Tenants::new(&config.tenants, shared.tenant_metrics.clone());
+        let tenants = Tenants::new(
+            &config.tenants,
+            config.quota_store.as_ref(),
+            shared.tenant_metrics.clone(),
+        );
         Self {
             tenants,
             picker,
