@@ -3,12 +3,11 @@
 //! request; the action is counted, listed in the report, and later traffic stays on the
 //! baseline.
 
+use crate::support::canary::USER_HEADER;
 use crate::support::gateway::*;
 use futures_util::StreamExt;
 use laneway::gateway::{Entry, GatewayHandle, Strategy};
 use laneway::sim::Fault;
-
-const USER_HEADER: &str = "x-user-id";
 
 async fn send(client: &reqwest::Client, gateway: &GatewayHandle, user: usize) -> (u16, String) {
     let response = client

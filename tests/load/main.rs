@@ -8,6 +8,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod canary_pools;
 mod gateway_reliability;
 mod sim_pinning;
 mod streaming_load;

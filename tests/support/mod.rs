@@ -1,7 +1,9 @@
 //! What the integration test binaries (`tests/it`, `tests/load`) share: a gateway and
 //! simulated or scripted replicas on port 0 (`gateway`), the simulator's client side
-//! (`sim`), and a test PKI with a TLS front (`tls`).
+//! (`sim`), a test PKI with a TLS front (`tls`), and canary requests sent as named users
+//! (`canary`).
 
+pub mod canary;
 pub mod gateway;
 pub mod sim;
 pub mod tls;
