@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::validate::Issues;
+use super::issues::Issues;
 
 /// `[auth]` as written.
 #[derive(Debug, Default, Deserialize)]

@@ -8,8 +8,8 @@ use std::time::Duration;
 use http::HeaderName;
 
 use super::Strategy;
+use super::issues::Issues;
 use super::raw::{RawAdmin, RawCanary, RawPool, RawVariant};
-use super::validate::Issues;
 use super::verdicts::{Automation, automation, guard};
 use super::{PolicyKind, ReplicaConfig};
 use crate::canary::{GuardSettings, Slo, VariantTable, WeightedVariant};

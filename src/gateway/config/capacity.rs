@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::issues::Issues;
 use super::raw::RawReplica;
-use super::validate::Issues;
 
 /// A replica's fault units and its capacity at SLO, beyond its first `node`.
 #[derive(Debug, Clone, Default)]

@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use serde::Deserialize;
 
-use super::validate::Issues;
+use super::issues::Issues;
 
 /// Where a pod finds its service-account token and CA.
 const SERVICE_ACCOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";

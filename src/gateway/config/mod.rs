@@ -8,6 +8,7 @@ mod capacity;
 pub mod demo;
 pub mod discovery;
 mod entry;
+mod issues;
 mod models;
 mod prefix;
 mod quota_store;
@@ -30,12 +31,12 @@ pub use canary::{AdminConfig, CanaryConfig, DEFAULT_VARIANT_NAME, PoolConfig, Va
 pub use capacity::{CapacityConfig, Placement};
 pub use discovery::{DiscoveryConfig, DnsDiscovery, KubernetesDiscovery, Resolver};
 pub use entry::{Entry, Strategy, UnknownEntry};
+pub use issues::{ConfigError, ConfigIssue, Issues};
 pub use models::{ModelsConfig, UnknownModel};
 pub use prefix::PrefixConfig;
 pub use quota_store::QuotaStoreConfig;
 pub use slo::{EntrySlo, RawEntrySlo};
 pub use tenants::{DEFAULT_BAND, Flow, MAX_BAND, TenantConfig, TenantLimits};
-pub use validate::{ConfigError, ConfigIssue, Issues};
 pub use verdicts::Automation;
 
 /// Which policy picks a replica for a request.

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use super::PoolConfig;
+use super::issues::Issues;
 use super::raw::{RawPool, RawReplica};
-use super::validate::Issues;
 
 /// `[models]` as written.
 #[derive(Debug, Default, Deserialize)]

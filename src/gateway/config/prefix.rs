@@ -4,7 +4,7 @@
 use http::HeaderName;
 use serde::Deserialize;
 
-use super::validate::Issues;
+use super::issues::Issues;
 
 /// `[prefix]` as written.
 #[derive(Debug, Default, Deserialize)]

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
+use super::issues::Issues;
 use super::reliability::RawLimits;
-use super::validate::Issues;
 
 /// The shared store for tenants' counters, validated.
 #[derive(Clone, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::validate::Issues;
+use super::issues::Issues;
 
 /// `[health]`: active checks and passive ejection.
 #[derive(Debug, Default, Deserialize)]

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::validate::Issues;
+use super::issues::Issues;
 
 /// Default TTFT objective: the field's example SLO (TTFT <= 1 s).
 pub const DEFAULT_TTFT_MS: u64 = 1000;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::validate::Issues;
+use super::issues::Issues;
 
 /// One `[[tenants]]` table as written.
 #[derive(Debug, Default, Deserialize)]

@@ -1,8 +1,7 @@
-//! Turns a [`RawConfig`] into a [`GatewayConfig`], collecting every bad field with its path
-//! instead of stopping at the first, and filling in defaults for what is left out.
+//! Turns a config file into a [`GatewayConfig`]: read over `default.toml`, then every
+//! section validated once, each bad field reported to [`Issues`] with its path.
 
 use std::collections::HashSet;
-use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -13,6 +12,7 @@ use super::DiscoveryConfig;
 use super::Strategy;
 use super::canary;
 use super::capacity;
+use super::issues::{ConfigError, ConfigIssue, Issues};
 use super::models;
 use super::quota_store;
 use super::raw::{RawConfig, RawEntries, RawEntry, RawReplica};
@@ -21,78 +21,6 @@ use super::tenants;
 use super::{DebugAccess, EntryConfig, GatewayConfig, PolicyKind, ReplicaConfig};
 use crate::gateway::tls::TlsConfig;
 use crate::gateway::tls::upstream::UpstreamTlsConfig;
-
-/// One bad field.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigIssue {
-    /// Where it is, e.g. `replicas[2].url`.
-    pub path: String,
-    pub message: String,
-}
-
-/// Everything wrong with a config file.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct ConfigError {
-    pub issues: Vec<ConfigIssue>,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid configuration ({} problems)", self.issues.len())?;
-        for issue in &self.issues {
-            write!(f, "\n  {}: {}", issue.path, issue.message)?;
-        }
-        Ok(())
-    }
-}
-
-/// Collects issues while the typed config is built: every section reports here, by path.
-#[derive(Debug, Default)]
-pub struct Issues(Vec<ConfigIssue>);
-
-impl Issues {
-    /// The paths reported so far, in order.
-    pub fn paths(&self) -> Vec<&str> {
-        self.0.iter().map(|issue| issue.path.as_str()).collect()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub(super) fn add(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        self.0.push(ConfigIssue { path: path.into(), message: message.into() });
-    }
-
-    fn addr(&mut self, path: &str, value: Option<&str>, default: &str) -> SocketAddr {
-        let text = value.unwrap_or(default);
-        text.parse().unwrap_or_else(|_| {
-            self.add(path, format!("`{text}` is not an address like 127.0.0.1:8080"));
-            default.parse().expect("defaults are valid")
-        })
-    }
-
-    pub(super) fn positive(
-        &mut self,
-        path: &str,
-        value: Option<i64>,
-        default: u64,
-        max: u64,
-    ) -> u64 {
-        match value {
-            None => default,
-            Some(number) if number >= 1 && number as u64 <= max => number as u64,
-            Some(number) => {
-                self.add(path, format!("{number} is out of range 1..={max}"));
-                default
-            }
-        }
-    }
-}
 
 /// Parses a config file over the embedded defaults (`default.toml`: what a file leaves out
 /// is read from there, table by table) and validates the result once.
@@ -114,7 +42,7 @@ pub(super) fn parse_and_validate(text: &str) -> Result<GatewayConfig, ConfigErro
 fn validated(raw: RawConfig) -> Result<GatewayConfig, ConfigError> {
     let mut issues = Issues::default();
     let config = build(raw, &mut issues);
-    if issues.0.is_empty() { Ok(config) } else { Err(ConfigError { issues: issues.0 }) }
+    issues.into_result(config)
 }
 
 /// Writes `file` over `defaults`: tables are merged key by key, anything else replaced.

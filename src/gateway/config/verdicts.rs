@@ -2,8 +2,8 @@
 //! the guarded metrics and their margins, and the automation (off by default), validated
 //! with their paths (`canary.margins.ttft_p95: ...`).
 
+use super::issues::Issues;
 use super::raw::RawCanary;
-use super::validate::Issues;
 use crate::canary::{GuardSettings, Metric};
 
 /// What is done on a verdict; nothing unless configured.
