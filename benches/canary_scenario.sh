@@ -15,14 +15,7 @@ REQUESTS="${1:-240}"
 SEED="${2:-1}"
 LANEWAY="${LANEWAY:-$ROOT/target/release/laneway}"
 WORK="$(mktemp -d /tmp/laneway-canary.XXXXXX)"
-PIDS=()
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+source "$ROOT/benches/peers/background.sh"
 source "$ROOT/benches/peers/listening.sh"
 
 [[ -x "$LANEWAY" ]] || (cd "$ROOT" && cargo build --release --quiet --bin laneway)

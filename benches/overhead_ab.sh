@@ -21,14 +21,7 @@ WORK="$(mktemp -d /tmp/overhead-ab.XXXXXX)"
 mkdir -p "$OUT"
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
-PIDS=()
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]:-}"; do [[ -n "$pid" ]] && kill "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]:-}"; do [[ -n "$pid" ]] && wait "$pid" 2>/dev/null || true; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+source "$ROOT/benches/peers/background.sh"
 
 # listening_url FILE: the URL a `laneway sim` or `serve` prints first.
 source "$ROOT/benches/peers/listening.sh"

@@ -25,14 +25,7 @@ LANEWAY="${LANEWAY:-$ROOT/target/release/laneway}"
 API_WORKERS="${API_WORKERS:-4}"
 PER_REPLICA="${PER_REPLICA:-4}"
 WORK="$(mktemp -d /tmp/laneway-tenants.XXXXXX)"
-PIDS=()
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+source "$ROOT/benches/peers/background.sh"
 source "$ROOT/benches/peers/listening.sh"
 mkdir -p "$OUT"
 
