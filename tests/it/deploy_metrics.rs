@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use crate::support::gateway::{chat_body, config_for, start_gateway, start_sims, url};
+use crate::support::gateway::{chat_body, config_for, post_chat, start_gateway, start_sims, url};
 
 /// `laneway_*` names in a text, with histogram suffixes kept (they are what is queried).
 fn laneway_names(text: &str) -> BTreeSet<String> {
@@ -34,12 +34,7 @@ async fn dashboard_and_alert_metrics_exist() {
     let sims = start_sims(1, 1).await;
     let gateway = start_gateway(config_for(&sims)).await;
     let client = reqwest::Client::new();
-    let streamed = client
-        .post(url(&gateway, "/v1/chat/completions"))
-        .json(&chat_body(50, 4, true))
-        .send()
-        .await
-        .unwrap();
+    let streamed = post_chat(&client, &gateway, &chat_body(50, 4, true)).await;
     let _ = streamed.text().await.unwrap();
     // One refused request, so the error counter has a sample.
     let _ = client.post(url(&gateway, "/v1/chat/completions")).body("{").send().await.unwrap();

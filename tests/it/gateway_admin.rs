@@ -43,12 +43,7 @@ async fn drain_lets_in_flight_streams_finish_and_sends_nothing_new() {
     let client = reqwest::Client::new();
     // Only the stub is in rotation while the long stream starts.
     assert_eq!(post_admin(&gateway, "/admin/replicas/sim-0/drain", Some(TOKEN)).await, 200);
-    let mut stream = client
-        .post(url(&gateway, "/v1/chat/completions"))
-        .json(&chat_body(20, 8, true))
-        .send()
-        .await
-        .unwrap();
+    let mut stream = post_chat(&client, &gateway, &chat_body(20, 8, true)).await;
     assert_eq!(header(&stream, "x-laneway-replica"), "stub");
     let chunks = stub.streams.recv().await.unwrap();
     let event = |text: &str| {
@@ -65,12 +60,7 @@ async fn drain_lets_in_flight_streams_finish_and_sends_nothing_new() {
     assert_eq!(replica_state(&replicas, "stub")["in_flight"], 1);
     assert_eq!(replica_state(&replicas, "sim-0")["draining"], false);
     for _ in 0..10 {
-        let response = client
-            .post(url(&gateway, "/v1/chat/completions"))
-            .json(&chat_body(20, 2, false))
-            .send()
-            .await
-            .unwrap();
+        let response = post_chat(&client, &gateway, &chat_body(20, 2, false)).await;
         assert_eq!(response.status(), 200);
         assert_eq!(header(&response, "x-laneway-replica"), "sim-0");
     }
@@ -85,12 +75,7 @@ async fn drain_lets_in_flight_streams_finish_and_sends_nothing_new() {
     wait_until("the drained stream released", || gateway.replica_in_flight("stub") == 0).await;
     // Everything drained: new requests get 503, not a hang.
     assert_eq!(post_admin(&gateway, "/admin/replicas/sim-0/drain", Some(TOKEN)).await, 200);
-    let response = client
-        .post(url(&gateway, "/v1/chat/completions"))
-        .json(&chat_body(20, 2, false))
-        .send()
-        .await
-        .unwrap();
+    let response = post_chat(&client, &gateway, &chat_body(20, 2, false)).await;
     assert_eq!(response.status(), 503);
     gateway.shutdown().await;
 }

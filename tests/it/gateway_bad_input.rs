@@ -102,12 +102,7 @@ async fn a_refused_connection_is_retried_on_another_replica() {
     let gateway = start_gateway(loopback_config(replicas)).await;
     let client = reqwest::Client::new();
     for _ in 0..6 {
-        let response = client
-            .post(url(&gateway, "/v1/chat/completions"))
-            .json(&chat_body(10, 2, false))
-            .send()
-            .await
-            .unwrap();
+        let response = post_chat(&client, &gateway, &chat_body(10, 2, false)).await;
         assert_eq!(response.status(), 200);
         assert_eq!(header(&response, "x-laneway-replica"), "sim-0");
     }

@@ -78,12 +78,7 @@ async fn least_queue_sees_load_from_other_clients_through_scraped_metrics() {
     .await;
     let client = reqwest::Client::new();
     for _ in 0..20 {
-        let response = client
-            .post(url(&gateway, "/v1/chat/completions"))
-            .json(&chat_body(20, 2, false))
-            .send()
-            .await
-            .unwrap();
+        let response = post_chat(&client, &gateway, &chat_body(20, 2, false)).await;
         assert_eq!(header(&response, "x-laneway-replica"), "sim-1");
         response.bytes().await.unwrap();
     }
@@ -99,12 +94,7 @@ async fn a_replica_failing_its_scrapes_is_avoided_until_it_recovers() {
     sims[0].set_fault(Fault::Unavailable);
     wait_until("a failed scrape", || gateway.replica_failures("sim-0") > 0).await;
     for _ in 0..10 {
-        let response = client
-            .post(url(&gateway, "/v1/chat/completions"))
-            .json(&chat_body(20, 2, false))
-            .send()
-            .await
-            .unwrap();
+        let response = post_chat(&client, &gateway, &chat_body(20, 2, false)).await;
         assert_eq!(response.status(), 200);
         assert_eq!(header(&response, "x-laneway-replica"), "sim-1");
     }

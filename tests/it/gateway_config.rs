@@ -55,12 +55,7 @@ async fn http2_prior_knowledge_clients_are_served() {
     let sims = start_sims(1, 1).await;
     let gateway = start_gateway(config_for(&sims)).await;
     let client = reqwest::Client::builder().http2_prior_knowledge().build().unwrap();
-    let response = client
-        .post(url(&gateway, "/v1/chat/completions"))
-        .json(&chat_body(10, 3, true))
-        .send()
-        .await
-        .unwrap();
+    let response = post_chat(&client, &gateway, &chat_body(10, 3, true)).await;
     assert_eq!(response.version(), reqwest::Version::HTTP_2);
     assert_eq!(header(&response, "x-laneway-entry"), "short");
     assert!(response.text().await.unwrap().ends_with("data: [DONE]\n\n"));

@@ -15,12 +15,7 @@ async fn short_and_long_inputs_land_in_their_entries() {
         (2048, "short", "force_close"),
         (3000, "long", "keep_alive"),
     ] {
-        let response = client
-            .post(url(&gateway, "/v1/chat/completions"))
-            .json(&chat_body(prompt_tokens, 3, false))
-            .send()
-            .await
-            .unwrap();
+        let response = post_chat(&client, &gateway, &chat_body(prompt_tokens, 3, false)).await;
         assert_eq!(response.status(), 200);
         assert_eq!(header(&response, "x-laneway-entry"), entry, "{prompt_tokens} tokens");
         assert_eq!(header(&response, "x-laneway-strategy"), strategy);

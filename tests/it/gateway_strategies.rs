@@ -55,12 +55,7 @@ async fn spread_holds_a_fixed_set_of_connections() {
     let gateway = start_gateway(config).await;
     let client = reqwest::Client::new();
     for _ in 0..12 {
-        let response = client
-            .post(url(&gateway, "/v1/chat/completions"))
-            .json(&chat_body(50, 2, false))
-            .send()
-            .await
-            .unwrap();
+        let response = post_chat(&client, &gateway, &chat_body(50, 2, false)).await;
         assert_eq!(header(&response, "x-laneway-strategy"), "spread");
         response.bytes().await.unwrap();
     }

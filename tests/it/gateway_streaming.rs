@@ -71,29 +71,13 @@ async fn in_flight_returns_to_zero_after_normal_and_failed_streams() {
     let sims = start_sims(1, 1).await;
     let gateway = start_gateway(config_for(&sims)).await;
     let client = reqwest::Client::new();
-    let normal = client
-        .post(url(&gateway, "/v1/chat/completions"))
-        .json(&chat_body(20, 4, true))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let normal = post_chat(&client, &gateway, &chat_body(20, 4, true)).await.text().await.unwrap();
     assert!(normal.ends_with("data: [DONE]\n\n"));
     wait_until("in-flight zero after a normal stream", || gateway.replica_in_flight("sim-0") == 0)
         .await;
 
     sims[0].set_fault(Fault::CutAfterChunks { chunks: 2 });
-    let cut = client
-        .post(url(&gateway, "/v1/chat/completions"))
-        .json(&chat_body(20, 20, true))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let cut = post_chat(&client, &gateway, &chat_body(20, 20, true)).await.text().await.unwrap();
     // The broken stream ends the way vLLM reports errors: an error event, then [DONE].
     assert!(cut.contains("data: {\"error\":"), "{cut}");
     assert!(cut.ends_with("data: [DONE]\n\n"), "{cut}");
@@ -106,12 +90,7 @@ async fn in_flight_returns_to_zero_after_normal_and_failed_streams() {
     assert_eq!(sample(&metrics, resets), Some(1.0));
 
     sims[0].set_fault(Fault::Healthy);
-    let response = client
-        .post(url(&gateway, "/v1/chat/completions"))
-        .json(&chat_body(20, 4, false))
-        .send()
-        .await
-        .unwrap();
+    let response = post_chat(&client, &gateway, &chat_body(20, 4, false)).await;
     assert_eq!(response.status(), 200);
     let body: serde_json::Value = response.json().await.unwrap();
     assert_eq!(body["usage"]["completion_tokens"], 4);

@@ -237,12 +237,7 @@ async fn the_gateway_judges_n_minus_one_per_fault_unit() {
     let mut learned = None;
     for _ in 0..200 {
         for _ in 0..3 {
-            let response = client
-                .post(url(&gateway, "/v1/chat/completions"))
-                .json(&chat_body(20, 4, false))
-                .send()
-                .await
-                .unwrap();
+            let response = post_chat(&client, &gateway, &chat_body(20, 4, false)).await;
             assert_eq!(response.status(), 200);
         }
         let now = report().await;

@@ -79,6 +79,15 @@ pub fn url(gateway: &GatewayHandle, path: &str) -> String {
     format!("http://{}{}", gateway.addr(), path)
 }
 
+/// POSTs `body` to the gateway's chat completions endpoint.
+pub async fn post_chat(
+    client: &reqwest::Client,
+    gateway: &GatewayHandle,
+    body: &serde_json::Value,
+) -> reqwest::Response {
+    client.post(url(gateway, "/v1/chat/completions")).json(body).send().await.unwrap()
+}
+
 /// A chat body of about `prompt_tokens` estimated tokens.
 pub fn chat_body(prompt_tokens: u64, max_tokens: u64, stream: bool) -> serde_json::Value {
     let text = "abc ".repeat(prompt_tokens.saturating_sub(4) as usize);
