@@ -56,13 +56,12 @@ pub fn from_hyper(replica: &str, error: hyper::Error) -> GatewayError {
 /// A failure of the pooled keep-alive client: its connect errors are connect failures, and
 /// the hyper error under anything else follows [`from_hyper`]'s rule.
 pub fn from_pooled(replica: &str, error: hyper_util::client::legacy::Error) -> GatewayError {
-    let underneath = std::error::Error::source(&error)
-        .and_then(|source| source.downcast_ref::<hyper::Error>())
-        .map(ended);
-    let how = match underneath {
-        _ if error.is_connect() => Ended::NotSent,
-        Some(how) => how,
-        None => Ended::Malformed,
+    let how = if error.is_connect() {
+        Ended::NotSent
+    } else {
+        std::error::Error::source(&error)
+            .and_then(|source| source.downcast_ref::<hyper::Error>())
+            .map_or(Ended::Malformed, ended)
     };
     classify(replica, how, error.into())
 }
