@@ -124,7 +124,7 @@ install_tools() {
     fi
     if ! command -v haproxy >/dev/null; then
         log "installing haproxy (Debian)"
-        apt-get install -y haproxy >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get install -y haproxy >/dev/null; }
+        bash "$ROOT/scripts/install-bench-deps.sh" >/dev/null
     fi
     if [[ ! -x "$VENV/bin/python" ]]; then
         log "creating $VENV"

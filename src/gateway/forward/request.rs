@@ -22,8 +22,13 @@ const HOP_BY_HOP: [HeaderName; 7] = [
 ];
 
 /// Removes the headers that describe one connection, in either direction: the client's
-/// connection to us and ours to the replica are different connections.
+/// connection to us and ours to the replica are different connections. Most messages carry
+/// none of them, so one pass over the names decides whether anything is removed (a remove
+/// hashes its name; eight of them cost more than the pass).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     if let Some(listed) = headers.get(header::CONNECTION).cloned() {
         // Headers the sender marked connection-specific go too.
         for name in listed.to_str().unwrap_or("").split(',') {
@@ -35,6 +40,21 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for name in HOP_BY_HOP {
         headers.remove(name);
     }
+}
+
+/// Whether `name` is one of `HOP_BY_HOP` (a match on the lowercase text: a length test and
+/// one compare, cheaper than comparing with each constant).
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authorization"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+    )
 }
 
 /// How the upstream client wants the target written.
@@ -80,6 +100,25 @@ pub fn to_upstream(
 mod tests {
     use super::*;
     use crate::gateway::body::empty;
+
+    #[test]
+    fn the_quick_test_knows_every_hop_by_hop_header() {
+        assert!(HOP_BY_HOP.iter().all(is_hop_by_hop));
+        assert!(!is_hop_by_hop(&header::CONTENT_TYPE));
+    }
+
+    #[test]
+    fn headers_without_hop_by_hop_ones_pass_untouched() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.append("x-private", HeaderValue::from_static("1"));
+        let before = headers.clone();
+        strip_hop_by_hop(&mut headers);
+        assert_eq!(headers, before);
+        headers.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+        strip_hop_by_hop(&mut headers);
+        assert_eq!(headers, before);
+    }
 
     #[test]
     fn rewrites_target_version_and_hop_headers() {

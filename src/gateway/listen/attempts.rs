@@ -19,6 +19,7 @@ use crate::gateway::body::{ProxyBody, boxed, full};
 use crate::gateway::context::RequestCtx;
 use crate::gateway::error::GatewayError;
 use crate::gateway::health::FailureReason;
+use crate::gateway::observe::OverheadPhase;
 use crate::gateway::pick::predict::LatencyProbe;
 use crate::gateway::pick::{InFlightGuard, PromptKey, PromptPick, Replica, RequestShape};
 use crate::gateway::state::GatewayState;
@@ -68,7 +69,7 @@ pub async fn forward(
     let mut attempt = 1;
     loop {
         let upstream_request = rebuild(request.parts, full(request.body.clone()));
-        state.metrics.record_overhead("request", ctx.received_at);
+        state.metrics.record_overhead(OverheadPhase::Request, ctx.received_at);
         // The connector bounds the wait for the response headers (`timeouts.first_byte_ms`).
         let sent = connector.send(&replica, upstream_request, None).await;
         let last = attempt >= reliability.retry.max_attempts;
@@ -107,7 +108,8 @@ pub async fn forward(
         match next_replica(state, &request, ctx.prompt_tokens, &replica) {
             Some(next) => {
                 let to = &next.replica().name;
-                tracing::warn!(from = %replica.name, %to, attempt, "retrying on another replica");
+                let request_id = ctx.request_id_text();
+                tracing::warn!(request_id, from = %replica.name, %to, attempt, "retrying on another replica");
                 if let Retryable::Refused(error) = &retryable {
                     state.metrics.record_error(ctx.entry.as_str(), error.kind_label());
                 }

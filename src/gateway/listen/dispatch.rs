@@ -26,21 +26,25 @@ use crate::gateway::error::{GatewayError, Side};
 use crate::gateway::forward::debug::{DebugSlot, split_debug_path};
 use crate::gateway::headers;
 use crate::gateway::listen::request_id;
-use crate::gateway::observe::DEFAULT_VARIANT;
 use crate::gateway::observe::access_log::{self, AccessRecord};
+use crate::gateway::observe::{DEFAULT_VARIANT, OverheadPhase};
 use crate::gateway::pick::{InFlightGuard, Replica, RequestShape, serving};
 use crate::gateway::state::GatewayState;
 use crate::openai::request::Endpoint;
 
 /// Serves one request under its request id (accepted or created, sent upstream, returned
-/// on the response, in every log line of the request and in its access line).
+/// on the response, in its access line and in every line logged about it).
+///
+/// The request's span is a debug one: a span at the level lines are logged at costs every
+/// request a formatted copy of its fields even when nothing is logged, so the lines the
+/// request path logs at info and above name the request id themselves.
 pub async fn dispatch(
     state: Arc<GatewayState>,
     role: ListenerRole,
     mut request: Request<Incoming>,
 ) -> Response<ProxyBody> {
     let id = request_id::accept_or_create(request.headers_mut());
-    let span = tracing::info_span!("request", request_id = request_id::as_text(&id));
+    let span = tracing::debug_span!("request", request_id = request_id::as_text(&id));
     let headed_for = (Entry::Short, state.connector(Entry::Short).strategy());
     let (method, uri) = (request.method().clone(), request.uri().clone());
     let mut ctx = RequestCtx::new(id.clone(), method, uri, headed_for, state.config.access_log);
@@ -81,11 +85,14 @@ fn error_response(
     ctx: &RequestCtx,
     error: GatewayError,
 ) -> Response<ProxyBody> {
-    let (entry, path) = (ctx.entry.as_str(), ctx.path());
+    let (entry, path, request_id) = (ctx.entry.as_str(), ctx.path(), ctx.request_id_text());
     // A bad request is the client's to fix: it is not a warning about the fleet.
     match error.side() {
-        Side::Client => tracing::info!(%error, path, entry, "request refused"),
-        side => tracing::warn!(%error, path, entry, side = side.as_str(), "request failed"),
+        Side::Client => tracing::info!(%error, request_id, path, entry, "request refused"),
+        side => {
+            let side = side.as_str();
+            tracing::warn!(%error, request_id, path, entry, side, "request failed")
+        }
     }
     let kind = error.kind_label();
     state.metrics.record_error(entry, kind);
@@ -401,7 +408,7 @@ async fn pass_through(
 ) -> Result<Response<ProxyBody>, GatewayError> {
     let guard = InFlightGuard::acquire(replica.clone(), 0);
     let connector = state.connector(ctx.entry);
-    state.metrics.record_overhead("request", ctx.received_at);
+    state.metrics.record_overhead(OverheadPhase::Request, ctx.received_at);
     let deadline = state.config.reliability.timeouts.client_body;
     let request = request.map(|body| boxed(DeadlineBody::new(body, deadline)));
     let upstream = connector.send(&replica, request, path).await?;

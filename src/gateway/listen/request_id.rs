@@ -14,13 +14,28 @@ use crate::gateway::headers::REQUEST_ID;
 /// Longest id accepted from a client; a longer one is replaced, so logs stay bounded.
 const MAX_CLIENT_ID_BYTES: usize = 128;
 
-static PREFIX: LazyLock<String> = LazyLock::new(|| format!("{:012x}", rand::random::<u64>() >> 16));
+/// `lw-<12 hex digits of a random process prefix>-`.
+static PREFIX: LazyLock<String> =
+    LazyLock::new(|| format!("lw-{:012x}-", rand::random::<u64>() >> 16));
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
-/// A fresh id: `lw-<12 hex of process prefix>-<counter>`.
+/// A fresh id: `lw-<12 hex of process prefix>-<counter in hex>`.
 pub fn create() -> HeaderValue {
-    let sequence = COUNTER.fetch_add(1, Ordering::Relaxed);
-    HeaderValue::from_str(&format!("lw-{}-{sequence:x}", *PREFIX)).expect("hex and dashes")
+    id_with(&PREFIX, COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+/// `prefix` then `sequence` in hex, written without a formatter (an id is made for most
+/// requests).
+fn id_with(prefix: &str, sequence: u64) -> HeaderValue {
+    let prefix = prefix.as_bytes();
+    let digits = (64 - sequence.leading_zeros()).div_ceil(4).max(1) as usize;
+    let mut id = [0u8; 64];
+    let end = prefix.len() + digits;
+    id[..prefix.len()].copy_from_slice(prefix);
+    for (place, slot) in id[prefix.len()..end].iter_mut().rev().enumerate() {
+        *slot = b"0123456789abcdef"[((sequence >> (4 * place)) & 0xf) as usize];
+    }
+    HeaderValue::from_bytes(&id[..end]).expect("hex and dashes")
 }
 
 /// The request's id: the client's if it sent a usable one, else a new one written into
@@ -62,6 +77,14 @@ mod tests {
         let made = accept_or_create(&mut headers);
         assert!(made.to_str().unwrap().starts_with("lw-"));
         assert_eq!(headers[REQUEST_ID], made);
+    }
+
+    #[test]
+    fn ids_are_the_prefix_and_the_counter_in_hex() {
+        assert_eq!(id_with("lw-0123456789ab-", 0), "lw-0123456789ab-0");
+        assert_eq!(id_with("lw-0123456789ab-", 0xabc), "lw-0123456789ab-abc");
+        assert_eq!(id_with("p-", u64::MAX), "p-ffffffffffffffff");
+        assert!(create().to_str().unwrap().starts_with(PREFIX.as_str()));
     }
 
     #[test]

@@ -9,32 +9,39 @@ use http::{HeaderMap, Response};
 use hyper::body::Incoming;
 
 use crate::gateway::body::{ProxyBody, boxed};
-use crate::gateway::config::{Entry, Strategy};
+use crate::gateway::config::{DEFAULT_VARIANT_NAME, Entry, Strategy};
 use crate::gateway::context::RequestCtx;
 use crate::gateway::forward::request::strip_hop_by_hop;
 use crate::gateway::headers::{ENTRY, REPLICA, STRATEGY, VARIANT};
-use crate::gateway::observe::{BodyKind, ObservedBody, Recorder, StreamWatchdog};
+use crate::gateway::observe::{BodyKind, ObservedBody, OverheadPhase, Recorder, StreamWatchdog};
 use crate::gateway::pick::InFlightGuard;
 use crate::gateway::pick::predict::LatencyProbe;
 use crate::gateway::pick::prefix::PrefixFeedback;
 use crate::gateway::state::GatewayState;
 
-/// Adds the headers that tell a client where its request went.
+/// Adds the headers that tell a client where its request went (`replica`: the replica's
+/// name as a header value, made once per replica).
 pub fn tag(
     headers: &mut HeaderMap,
     entry: Entry,
     strategy: Strategy,
     variant: &str,
-    replica: Option<&str>,
+    replica: Option<&HeaderValue>,
 ) {
     headers.insert(ENTRY, HeaderValue::from_static(entry.as_str()));
     headers.insert(STRATEGY, HeaderValue::from_static(strategy.as_str()));
-    // Variant names are validated as plain ASCII, so the conversion cannot fail.
-    if let Ok(value) = HeaderValue::from_str(variant) {
+    // Variant names are validated as plain ASCII, so the conversion cannot fail; outside
+    // canaries the name is the default one, which needs no copy.
+    let variant = if variant == DEFAULT_VARIANT_NAME {
+        Ok(HeaderValue::from_static(DEFAULT_VARIANT_NAME))
+    } else {
+        HeaderValue::from_str(variant)
+    };
+    if let Ok(value) = variant {
         headers.insert(VARIANT, value);
     }
-    if let Some(value) = replica.and_then(|name| HeaderValue::from_str(name).ok()) {
-        headers.insert(REPLICA, value);
+    if let Some(value) = replica {
+        headers.insert(REPLICA, value.clone());
     }
 }
 
@@ -65,7 +72,8 @@ pub fn respond(
 ) -> Response<ProxyBody> {
     let headers_at = Instant::now();
     let status = upstream.status();
-    let replica = placed.guard.replica().name.clone();
+    let serving = placed.guard.replica();
+    let (replica, replica_header) = (serving.name.clone(), serving.name_header.clone());
     if status.is_server_error() {
         state.metrics.record_error(ctx.entry.as_str(), "upstream_status");
     }
@@ -74,7 +82,7 @@ pub fn respond(
     if let Some(ticket) = &ctx.quota {
         ticket.headers.apply(&mut parts.headers);
     }
-    tag(&mut parts.headers, ctx.entry, ctx.strategy, &ctx.variant, Some(&replica));
+    tag(&mut parts.headers, ctx.entry, ctx.strategy, &ctx.variant, replica_header.as_ref());
     let timeouts = &state.config.reliability.timeouts;
     let watchdog = StreamWatchdog::new(
         timeouts.idle,
@@ -99,7 +107,7 @@ pub fn respond(
     let body = ObservedBody::new(body, recorder, placed.guard)
         .with_reliability(watchdog, state.health.clone());
     let body = boxed(body);
-    state.metrics.record_overhead("first_byte", headers_at);
+    state.metrics.record_overhead(OverheadPhase::FirstByte, headers_at);
     Response::from_parts(parts, body)
 }
 

@@ -112,14 +112,16 @@ where
         *this.ended = true;
         let (message, outcome, reason) = match &failure {
             Failure::Upstream(error) => {
-                tracing::warn!(%error, "upstream body failed mid-response");
+                let request_id = this.recorder.request_id();
+                tracing::warn!(%error, request_id, "upstream body failed mid-response");
                 if let (Some(health), Some(guard)) = (this.health.as_ref(), this.guard.as_ref()) {
                     health.record_failure(guard.replica(), FailureReason::Reset);
                 }
                 (format!("upstream stream failed: {error}"), Outcome::UpstreamReset, "reset")
             }
             Failure::Expired(expiry) => {
-                tracing::warn!(reason = expiry.as_str(), "response cut short by the gateway");
+                let (request_id, reason) = (this.recorder.request_id(), expiry.as_str());
+                tracing::warn!(request_id, reason, "response cut short by the gateway");
                 if let (Some(health), Some(guard), Expiry::Idle) =
                     (this.health.as_ref(), this.guard.as_ref(), expiry)
                 {

@@ -4,10 +4,11 @@
 use std::time::Instant;
 
 use prometheus::{
-    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
+use super::series::SeriesCache;
 use crate::gateway::pick::Picker;
 
 /// vLLM's TTFT bucket bounds, in seconds.
@@ -53,6 +54,11 @@ pub struct GatewayMetrics {
     /// Inference requests per served model (`other`: not known to be served).
     pub requests_by_model: IntCounterVec,
     pub overhead: HistogramVec,
+    /// `overhead`'s two phases, resolved once.
+    overhead_request: Histogram,
+    overhead_first_byte: Histogram,
+    /// The request-labelled handles, by label combination.
+    pub series: SeriesCache,
     pub canary_fallbacks: IntCounterVec,
     pub canary_actions: IntCounterVec,
     /// `|predicted - measured| / measured` of each stream's TTFT under predicted-latency
@@ -106,6 +112,13 @@ impl Default for GatewayMetrics {
 impl GatewayMetrics {
     pub fn new() -> Self {
         let r = Registry::new();
+        let overhead = histogram(
+            &r,
+            "laneway_overhead_microseconds",
+            "Time the gateway adds, by phase",
+            OVERHEAD_BUCKETS,
+            &["phase"],
+        );
         Self {
             ttft: histogram(
                 &r,
@@ -177,13 +190,10 @@ impl GatewayMetrics {
                 "Inference requests per model the replicas serve (other: not known to be served)",
                 &["model"],
             ),
-            overhead: histogram(
-                &r,
-                "laneway_overhead_microseconds",
-                "Time the gateway adds, by phase",
-                OVERHEAD_BUCKETS,
-                &["phase"],
-            ),
+            overhead_request: overhead.with_label_values(&[OverheadPhase::Request.as_str()]),
+            overhead_first_byte: overhead.with_label_values(&[OverheadPhase::FirstByte.as_str()]),
+            overhead,
+            series: SeriesCache::default(),
             canary_fallbacks: counter(
                 &r,
                 "laneway_canary_fallbacks_total",
@@ -248,9 +258,12 @@ impl GatewayMetrics {
     }
 
     /// Records one overhead sample in microseconds.
-    pub fn record_overhead(&self, phase: &str, since: Instant) {
+    pub fn record_overhead(&self, phase: OverheadPhase, since: Instant) {
         let micros = since.elapsed().as_secs_f64() * 1e6;
-        self.overhead.with_label_values(&[phase]).observe(micros);
+        match phase {
+            OverheadPhase::Request => self.overhead_request.observe(micros),
+            OverheadPhase::FirstByte => self.overhead_first_byte.observe(micros),
+        }
     }
 
     /// The text exposition, with the per-replica gauges refreshed from the live counters.
@@ -281,6 +294,24 @@ impl GatewayMetrics {
             .encode(&self.registry.gather(), &mut buffer)
             .expect("text encoding cannot fail");
         String::from_utf8(buffer).expect("exposition is UTF-8")
+    }
+}
+
+/// The phases `laneway_overhead_microseconds` is labelled by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OverheadPhase {
+    /// From the request's arrival to its send to the replica.
+    Request,
+    /// From the replica's response head to the client's.
+    FirstByte,
+}
+
+impl OverheadPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Request => "request",
+            Self::FirstByte => "first_byte",
+        }
     }
 }
 

@@ -5,9 +5,10 @@ pub mod access_log;
 pub mod body;
 pub mod metrics;
 pub mod recorder;
+pub mod series;
 pub mod watchdog;
 
 pub use body::ObservedBody;
-pub use metrics::{GatewayMetrics, status_class};
+pub use metrics::{GatewayMetrics, OverheadPhase, status_class};
 pub use recorder::{BodyKind, DEFAULT_VARIANT, Outcome, Recorder};
 pub use watchdog::{Expiry, StreamWatchdog};

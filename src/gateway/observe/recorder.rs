@@ -6,11 +6,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use prometheus::Histogram;
-
 use super::access_log::{self, AccessRecord};
 use super::metrics::GatewayMetrics;
 use super::metrics::status_class;
+use super::series::{RequestSeries, ResponseLabels};
 use crate::canary::{self, CanaryRecorder, Slo};
 use crate::gateway::context::RequestCtx;
 use crate::gateway::pick::Replica;
@@ -58,7 +57,8 @@ pub struct Recorder {
     kind: BodyKind,
     scanner: SseScanner,
     json: Vec<u8>,
-    itl: Option<Histogram>,
+    /// The metric handles of the response's labels.
+    series: Arc<RequestSeries>,
     first_token_at: Option<Instant>,
     last_token_at: Option<Instant>,
     token_events: u64,
@@ -80,6 +80,14 @@ impl Recorder {
         (replica, status): (String, http::StatusCode),
         kind: BodyKind,
     ) -> Self {
+        let labels = ResponseLabels {
+            entry: ctx.entry,
+            strategy: ctx.strategy,
+            variant: &ctx.variant,
+            replica: &replica,
+            status_class: status_class(status),
+        };
+        let series = metrics.series.get(&metrics, labels);
         Self {
             metrics,
             ctx,
@@ -88,7 +96,7 @@ impl Recorder {
             kind,
             scanner: SseScanner::new(),
             json: Vec::new(),
-            itl: None,
+            series,
             first_token_at: None,
             last_token_at: None,
             token_events: 0,
@@ -129,14 +137,9 @@ impl Recorder {
         self.kind
     }
 
-    fn label_values(&self) -> [&str; 5] {
-        [
-            self.ctx.entry.as_str(),
-            self.ctx.strategy.as_str(),
-            &self.ctx.variant,
-            &self.replica,
-            status_class(self.status),
-        ]
+    /// The observed request's id, for the lines logged about its response.
+    pub fn request_id(&self) -> &str {
+        self.ctx.request_id_text()
     }
 
     /// Takes note of bytes that just passed to the client.
@@ -174,18 +177,14 @@ impl Recorder {
                     prefix.prefill_done();
                 }
                 let ttft = now.duration_since(self.ctx.received_at).as_secs_f64();
-                self.metrics.ttft.with_label_values(&self.label_values()).observe(ttft);
+                self.series.ttft.observe(ttft);
                 if let Some(error) = self.placement.as_mut().and_then(|p| p.first_token(now)) {
                     let replica = [self.replica.as_str()];
                     self.metrics.predicted_ttft_error.with_label_values(&replica).observe(error);
                 }
             }
             Some(previous) => {
-                if self.itl.is_none() {
-                    self.itl = Some(self.metrics.itl.with_label_values(&self.label_values()));
-                }
-                let gap = now.duration_since(previous).as_secs_f64();
-                self.itl.as_ref().expect("set above").observe(gap);
+                self.series.itl.observe(now.duration_since(previous).as_secs_f64());
             }
         }
         self.last_token_at = Some(now);
@@ -216,17 +215,15 @@ impl Recorder {
             Outcome::ClientGone => self.metrics.record_error(entry, "client_disconnect"),
             Outcome::CutShort => self.metrics.record_error(entry, "upstream_timeout"),
         }
-        let labels = self.label_values();
         let e2e = now.duration_since(self.ctx.received_at);
-        self.metrics.e2e.with_label_values(&labels).observe(e2e.as_secs_f64());
-        self.metrics.requests.with_label_values(&labels).inc();
+        self.series.e2e.observe(e2e.as_secs_f64());
+        self.series.requests.inc();
         self.write_access_line(outcome, e2e, prompt_tokens, completion_tokens);
         if self.kind == BodyKind::Opaque {
             return;
         }
-        let token_labels = [entry, &self.ctx.variant, self.replica.as_str()];
-        self.metrics.prompt_tokens.with_label_values(&token_labels).inc_by(prompt_tokens);
-        self.metrics.completion_tokens.with_label_values(&token_labels).inc_by(completion_tokens);
+        self.series.prompt_tokens.inc_by(prompt_tokens);
+        self.series.completion_tokens.inc_by(completion_tokens);
         let mut tpot = None;
         if let (Some(first), Some(last)) = (self.first_token_at, self.last_token_at)
             && completion_tokens > 1
@@ -234,7 +231,7 @@ impl Recorder {
         {
             let per_token =
                 last.duration_since(first).as_secs_f64() / (completion_tokens - 1) as f64;
-            self.metrics.tpot.with_label_values(&labels).observe(per_token);
+            self.series.tpot.observe(per_token);
             tpot = Some(std::time::Duration::from_secs_f64(per_token));
             if let (Some(placement), Some(tpot)) = (self.placement.as_mut(), tpot) {
                 placement.finished(tpot);
@@ -304,12 +301,27 @@ impl Drop for Recorder {
     }
 }
 
+/// The `usage` of a complete JSON response. Parsing the whole body to read it cost more
+/// than any other step of a small request, so the object after the last `"usage"` key is
+/// read alone (vLLM and SGLang write it after `choices`; a key's quotes are never escaped,
+/// so those bytes followed by a colon are a key, not text). A body where that fails is
+/// parsed whole.
 fn usage_of_json(body: &[u8]) -> Option<Usage> {
-    #[derive(serde::Deserialize)]
-    struct Envelope {
-        usage: Option<Usage>,
-    }
-    serde_json::from_slice::<Envelope>(body).ok()?.usage
+    usage_after_last_key(body).or_else(|| {
+        #[derive(serde::Deserialize)]
+        struct Envelope {
+            usage: Option<Usage>,
+        }
+        serde_json::from_slice::<Envelope>(body).ok()?.usage
+    })
+}
+
+fn usage_after_last_key(body: &[u8]) -> Option<Usage> {
+    const KEY: &[u8] = b"\"usage\"";
+    let after_key = memchr::memmem::rfind(body, KEY)? + KEY.len();
+    let rest = body[after_key..].trim_ascii_start().strip_prefix(b":")?;
+    let mut value = serde_json::Deserializer::from_slice(rest);
+    serde::Deserialize::deserialize(&mut value).ok()
 }
 
 #[cfg(test)]
@@ -385,6 +397,23 @@ mod tests {
         );
         // Without usage, the prompt estimate is used.
         assert_eq!(metrics.prompt_tokens.with_label_values(&tokens).get(), 5 + 11);
+    }
+
+    #[test]
+    fn usage_is_read_from_the_last_usage_key_whatever_the_text_says() {
+        let usage = |body: &str| usage_of_json(body.as_bytes()).map(|u| u.completion_tokens);
+        // Text that quotes the key, escaped as JSON escapes it, is not the key.
+        let quoting = r#"{"choices":[{"message":{"content":"say \"usage\": 1"}}],"usage":{"prompt_tokens":4,"completion_tokens":2}}"#;
+        assert_eq!(usage(quoting), Some(2));
+        // A value that reads "usage" is followed by no colon: the whole body is parsed.
+        let value =
+            r#"{"usage":{"completion_tokens":3},"choices":[{"message":{"content":"usage"}}]}"#;
+        assert_eq!(usage(value), Some(3));
+        assert_eq!(usage(r#"{"choices":[],"usage" : null}"#), None);
+        assert_eq!(usage(r#"{"choices":[]}"#), None);
+        assert_eq!(usage("not json"), None);
+        let spaced = "{\"usage\" :\n {\"prompt_tokens\": 5, \"completion_tokens\": 7}}";
+        assert_eq!(usage(spaced), Some(7));
     }
 
     #[tokio::test]

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
+use http::HeaderValue;
 use rustls_pki_types::ServerName;
 
 use super::predict::LatencyEstimate;
@@ -16,6 +17,9 @@ use crate::gateway::tls::upstream as upstream_tls;
 #[derive(Debug)]
 pub struct Replica {
     pub name: String,
+    /// The name as the `x-laneway-replica` response header, made once (`None` if the name
+    /// cannot be a header value).
+    pub name_header: Option<HeaderValue>,
     /// `host:port`.
     pub authority: String,
     /// Fault domain (the first, when it spans several nodes).
@@ -40,6 +44,7 @@ impl Replica {
     pub fn new(config: &ReplicaConfig) -> Self {
         Self {
             name: config.name.clone(),
+            name_header: HeaderValue::from_str(&config.name).ok(),
             authority: config.authority.clone(),
             node: config.node.clone(),
             placement: config.placement.clone(),

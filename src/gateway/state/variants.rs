@@ -208,7 +208,11 @@ impl Variants {
         metrics: &GatewayMetrics,
     ) -> &Variant {
         let entry_variants = self.of(entry);
-        let assigned = &entry_variants.variants[entry_variants.assign(&self.sticky_key(headers))];
+        // Outside a canary there is nothing to assign: no key is read.
+        let assigned = match entry_variants.variants.as_slice() {
+            [only] => only,
+            variants => &variants[entry_variants.assign(&self.sticky_key(headers))],
+        };
         if assigned.pool.is_none() || picker.any_accepting(assigned.members.as_deref()) {
             return assigned;
         }

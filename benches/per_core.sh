@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Requests per core on the proxy path: laneway against HAProxy, side by side in one run.
+#
+#   benches/per_core.sh [LANEWAY_BINARY] [SECONDS_PER_TARGET] [ROUNDS] [BASELINE_BINARY]
+#
+# An nginx stub (benches/per_core/nginx.conf: one worker, a fixed small chat completion)
+# stands in for the replicas, so the proxy is what runs out of CPU. Every proxy is pinned to
+# core 1 and only one is driven at a time; the stub and wrk (one thread, $PER_CORE_CONNECTIONS
+# connections, default 32, benches/per_core/post.lua: a tiny non-streaming chat request)
+# share core 0. Targets: the stub direct; HAProxy (nbthread 1, leastconn) with keep-alive and
+# with httpclose; laneway with the short entry as `spread` and as `force_close` (the
+# default). Rounds interleave the targets (A B C ... A B C ...). Reported per target: req/s,
+# wrk's latency p50/p99, and the proxy's CPU (user + system) per request; then laneway's
+# ratios to the HAProxy mode it is measured against (spread ~ keep-alive, force_close ~
+# httpclose). With BASELINE_BINARY, that build runs too (targets `baseline-spread`,
+# `baseline-force-close`), for a before/after comparison in the same run. Output: a markdown report on stdout; raw wrk output in $PER_CORE_OUT
+# (default /tmp/per-core).
+# Needs nginx, wrk and haproxy: scripts/install-bench-deps.sh installs them.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+LANEWAY="${1:-$ROOT/target/release/laneway}"
+SECONDS_PER_TARGET="${2:-6}"
+ROUNDS="${3:-2}"
+BASELINE="${4:-}"
+CONNECTIONS="${PER_CORE_CONNECTIONS:-32}"
+OUT="${PER_CORE_OUT:-/tmp/per-core}"
+WORK="$(mktemp -d /tmp/per-core.XXXXXX)"
+mkdir -p "$OUT"
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+for tool in nginx wrk haproxy; do
+    command -v "$tool" >/dev/null || { echo "$tool is missing: run scripts/install-bench-deps.sh" >&2; exit 1; }
+done
+
+source "$ROOT/benches/peers/background.sh"
+source "$ROOT/benches/peers/listening.sh"
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+STUB_PORT="$(free_port)"
+sed -e "s|@PORT@|$STUB_PORT|" -e "s|@WORK@|$WORK|" "$ROOT/benches/per_core/nginx.conf" >"$WORK/nginx.conf"
+taskset -c 0 nginx -c "$WORK/nginx.conf" -e "$WORK/nginx-error.log" &
+PIDS+=($!)
+STUB="http://127.0.0.1:$STUB_PORT"
+
+declare -A URLS=() PROXY_PIDS=()
+NAMES=(direct)
+URLS[direct]="$STUB"
+
+# start_haproxy NAME CONNECTION_OPTION
+start_haproxy() {
+    local name="$1" option="$2" port
+    port="$(free_port)"
+    sed -e "s|@PORT@|$port|" -e "s|@BALANCE@|leastconn|" -e "s|@CONNECTION@|$option|" \
+        -e "s|@NODELAY@|# no http-no-delay: tiny bodies|" \
+        -e "s|@SERVERS@|    server stub 127.0.0.1:$STUB_PORT|" \
+        "$ROOT/benches/peers/haproxy.cfg" >"$WORK/$name.cfg"
+    taskset -c 1 haproxy -f "$WORK/$name.cfg" >"$WORK/$name.out" 2>&1 &
+    PIDS+=($!)
+    PROXY_PIDS[$name]=$!
+    URLS[$name]="http://127.0.0.1:$port"
+    NAMES+=("$name")
+}
+
+# start_laneway NAME STRATEGY [BINARY]
+start_laneway() {
+    local name="$1" strategy="$2" binary="${3:-$LANEWAY}"
+    sed -e "s|@LISTEN@|127.0.0.1:0|" -e "s|@ADMIN@|127.0.0.1:0|" -e "s|@STUB@|$STUB|" \
+        -e "s|@STRATEGY@|$strategy|" "$ROOT/benches/per_core/laneway.toml" >"$WORK/$name.toml"
+    taskset -c 1 "$binary" serve --config "$WORK/$name.toml" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+    PIDS+=($!)
+    PROXY_PIDS[$name]=$!
+    URLS[$name]="$(listening_url "$WORK/$name.out")"
+    NAMES+=("$name")
+}
+
+start_haproxy haproxy-keepalive "option http-keep-alive"
+start_haproxy haproxy-httpclose "option httpclose"
+start_laneway laneway-spread spread
+start_laneway laneway-force-close force_close
+if [[ -n "$BASELINE" ]]; then
+    start_laneway baseline-spread spread "$BASELINE"
+    start_laneway baseline-force-close force_close "$BASELINE"
+fi
+
+# Every target answers before the first round.
+for name in "${NAMES[@]}"; do
+    for ((tries = 0; tries < 50; tries++)); do
+        curl -sf -o /dev/null -H 'content-type: application/json' \
+            -d '{"model":"stub","messages":[{"role":"user","content":"hi"}]}' \
+            "${URLS[$name]}/v1/chat/completions" && break
+        sleep 0.2
+    done
+done
+
+# user + system clock ticks of a process
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+for ((round = 1; round <= ROUNDS; round++)); do
+    for name in "${NAMES[@]}"; do
+        pid="${PROXY_PIDS[$name]:-}"
+        before=0; [[ -n "$pid" ]] && before="$(ticks "$pid")"
+        taskset -c 0 wrk -t1 -c"$CONNECTIONS" -d"${SECONDS_PER_TARGET}s" --latency \
+            -s "$ROOT/benches/per_core/post.lua" "${URLS[$name]}/v1/chat/completions" \
+            >"$OUT/$name-r$round.txt"
+        after=0; [[ -n "$pid" ]] && after="$(ticks "$pid")"
+        echo "$name $round $((after - before))" >>"$OUT/cpu-ticks.txt.$$"
+    done
+done
+mv "$OUT/cpu-ticks.txt.$$" "$OUT/cpu-ticks.txt"
+
+python3 "$ROOT/benches/per_core/report.py" "$OUT" "$(getconf CLK_TCK)" "$CONNECTIONS" "$SECONDS_PER_TARGET" "$ROUNDS"

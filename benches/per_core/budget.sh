@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# laneway's per-request budget: user-space instructions per tiny request on the proxy path,
+# in total and per step, counted by valgrind's callgrind (instruction counts do not depend
+# on what else the machine runs, unlike times; the kernel's share is not counted: see
+# benches/per_core.sh for CPU time against HAProxy).
+#
+#   benches/per_core/budget.sh [LANEWAY_BINARY] [STRATEGY] [REQUESTS]
+#
+# The gateway (short entry as STRATEGY, default spread) runs under callgrind in front of the
+# nginx stub of per_core.sh; 400 requests warm it up, the counters are zeroed, REQUESTS
+# (default 2000) tiny chat requests go over 4 keep-alive connections, and the counters are
+# dumped. The steps are named in budget.py; callgrind_annotate's whole inclusive listing is
+# kept in $BUDGET_OUT (default /tmp/per-core-budget-STRATEGY.txt), the raw profile beside it
+# (.callgrind, for callgrind_annotate --tree=caller). Needs valgrind and nginx.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+LANEWAY="${1:-$ROOT/target/release/laneway}"
+STRATEGY="${2:-spread}"
+REQUESTS="${3:-2000}"
+WORK="$(mktemp -d /tmp/per-core-budget.XXXXXX)"
+for tool in nginx valgrind callgrind_control callgrind_annotate; do
+    command -v "$tool" >/dev/null || { echo "$tool is missing" >&2; exit 1; }
+done
+
+source "$ROOT/benches/peers/background.sh"
+source "$ROOT/benches/peers/listening.sh"
+
+STUB_PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+sed -e "s|@PORT@|$STUB_PORT|" -e "s|@WORK@|$WORK|" "$ROOT/benches/per_core/nginx.conf" >"$WORK/nginx.conf"
+nginx -c "$WORK/nginx.conf" -e "$WORK/nginx-error.log" &
+PIDS+=($!)
+
+sed -e "s|@LISTEN@|127.0.0.1:0|" -e "s|@ADMIN@|127.0.0.1:0|" -e "s|@STUB@|http://127.0.0.1:$STUB_PORT|" \
+    -e "s|@STRATEGY@|$STRATEGY|" "$ROOT/benches/per_core/laneway.toml" >"$WORK/laneway.toml"
+valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out" \
+    "$LANEWAY" serve --config "$WORK/laneway.toml" >"$WORK/laneway.out" 2>"$WORK/valgrind.err" &
+PIDS+=($!)
+VALGRIND_PID=$!
+URL="$(listening_url "$WORK/laneway.out")"
+PORT="${URL##*:}"
+
+python3 "$ROOT/benches/per_core/load.py" 127.0.0.1 "$PORT" 400 4
+callgrind_control -z "$VALGRIND_PID" >/dev/null
+python3 "$ROOT/benches/per_core/load.py" 127.0.0.1 "$PORT" "$REQUESTS" 4
+callgrind_control -d "$VALGRIND_PID" >/dev/null
+# The dump is written asynchronously: wait (at most 30 s) for a complete file.
+for ((tries = 0; tries < 150; tries++)); do
+    dump="$(ls "$WORK"/callgrind.out.* 2>/dev/null | head -n1 || true)"
+    [[ -n "$dump" ]] && grep -q '^totals:' "$dump" 2>/dev/null && break
+    sleep 0.2
+done
+KEPT="${BUDGET_OUT:-/tmp/per-core-budget-$STRATEGY.txt}"
+cp "$dump" "$KEPT.callgrind"
+callgrind_annotate --inclusive=yes --threshold=100 "$dump" >"$KEPT"
+python3 "$ROOT/benches/per_core/budget.py" "$KEPT" "$REQUESTS" "$STRATEGY"
