@@ -44,7 +44,8 @@ SUFFIX=""
 OUT="${PEERS_OUT:-$ROOT/benches/results/$DATE$SUFFIX}"
 WORK="$(mktemp -d /tmp/laneway-peers.XXXXXX)"
 VENV="${PEERS_VENV:-$ROOT/target/peers-venv}"
-LANEWAY="$ROOT/target/release/laneway"
+# PEERS_LANEWAY=BINARY measures that build instead of building the tree's.
+LANEWAY="${PEERS_LANEWAY:-$ROOT/target/release/laneway}"
 STARTED_AT=$SECONDS
 # An open loop against a slow target holds many connections open: allow what the system allows.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
@@ -118,8 +119,7 @@ source "$PEERS_DIR/routing.sh"
 install_tools() {
     # The topologies part measures simulated topologies directly: no peer to install.
     if [[ " ${PARTS[*]} " == " topologies " ]]; then
-        log "building laneway (release)"
-        (cd "$ROOT" && cargo build --release --quiet --bin laneway)
+        build_laneway
         return
     fi
     if ! command -v haproxy >/dev/null; then
@@ -134,6 +134,11 @@ install_tools() {
         log "installing sglang-router 0.3.2 and vllm-router 0.1.17 (PyPI)"
         "$VENV/bin/python" -m pip install --quiet sglang-router==0.3.2 vllm-router==0.1.17
     fi
+    build_laneway
+}
+
+build_laneway() {
+    [[ -n "${PEERS_LANEWAY:-}" ]] && return
     log "building laneway (release)"
     (cd "$ROOT" && cargo build --release --quiet --bin laneway)
 }

@@ -63,7 +63,7 @@ def main():
     print(f"Short entry `{strategy}`, {requests} tiny chat requests over 4 keep-alive "
           "connections, user-space instructions (callgrind):\n")
     print(f"**{total / requests:,.0f} instructions per request** in all "
-          "(the gateway's background tasks included).\n")
+          "(scrapes and health checks off during the count).\n")
     print("| step | instructions per request | share |")
     print("|---|---:|---:|")
     for name, pattern in STEPS:

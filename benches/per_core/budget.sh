@@ -33,6 +33,9 @@ PIDS+=($!)
 
 sed -e "s|@LISTEN@|127.0.0.1:0|" -e "s|@ADMIN@|127.0.0.1:0|" -e "s|@STUB@|http://127.0.0.1:$STUB_PORT|" \
     -e "s|@STRATEGY@|$STRATEGY|" "$ROOT/benches/per_core/laneway.toml" >"$WORK/laneway.toml"
+# No scrape or health check during the count: their instructions depend on how long the
+# requests take under valgrind, not on how many there are.
+printf '[scrape]\ninterval_ms = 600000\n[health]\ninterval_ms = 600000\n' >>"$WORK/laneway.toml"
 valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out" \
     "$LANEWAY" serve --config "$WORK/laneway.toml" >"$WORK/laneway.out" 2>"$WORK/valgrind.err" &
 PIDS+=($!)

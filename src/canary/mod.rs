@@ -157,7 +157,7 @@ impl CanaryRecorder {
 struct RecorderState {
     settings: CanarySettings,
     layout: Layout,
-    series: HashMap<(String, String), Series>,
+    series: HashMap<(Arc<str>, Arc<str>), Series>,
     dropped: Arc<AtomicU64>,
     /// Each candidate's sequential comparison with its entry's baseline, and how often it
     /// was restarted.
@@ -196,33 +196,34 @@ impl RecorderState {
         }
     }
 
-    fn record(&mut self, mut outcome: Outcome) {
+    fn record(&mut self, outcome: Outcome) {
         let now = Instant::now();
         let seed = self.settings.compare.seed.wrapping_add(self.series.len() as u64 * 1000);
         let window = self.settings.window;
-        // The series key takes the outcome's names: no copy per recorded request.
-        let key = (std::mem::take(&mut outcome.entry), std::mem::take(&mut outcome.variant));
-        self.compare(&key, &outcome);
+        self.compare(&outcome);
+        // The names are shared: no copy per recorded request.
+        let key = (outcome.entry.clone(), outcome.variant.clone());
         let series = self.series.entry(key).or_insert_with(|| Series::new(window, seed, now));
         series.record(&outcome, &self.settings.slo, now);
     }
 
     /// Feeds the sequential comparisons: a baseline's request to each of its entry's
     /// candidates, a candidate's to its own.
-    fn compare(&mut self, (entry, variant): &(String, String), outcome: &Outcome) {
+    fn compare(&mut self, outcome: &Outcome) {
+        let (entry, variant) = (&*outcome.entry, &*outcome.variant);
         let Some((_, variants)) = self.layout.iter().find(|(name, _)| name == entry) else {
             return;
         };
         let Some(baseline) = variants.first() else { return };
         let (side, candidates): (Side, Vec<String>) = if baseline == variant {
             (Side::Baseline, variants[1..].to_vec())
-        } else if variants.contains(variant) {
-            (Side::Candidate, vec![variant.clone()])
+        } else if variants.iter().any(|known| known == variant) {
+            (Side::Candidate, vec![variant.to_string()])
         } else {
             return;
         };
         for candidate in candidates {
-            let key = (entry.clone(), candidate);
+            let key = (entry.to_string(), candidate);
             let guard = &self.settings.guard;
             let (comparison, _) =
                 self.comparisons.entry(key.clone()).or_insert_with(|| (Comparison::new(guard), 0));
@@ -256,9 +257,10 @@ impl RecorderState {
                     .iter()
                     .map(|variant| {
                         let key = (entry.clone(), variant.clone());
+                        let names = (Arc::from(entry.as_str()), Arc::from(variant.as_str()));
                         (
                             variant.as_str(),
-                            self.series.get(&key),
+                            self.series.get(&names),
                             self.comparisons.get(&key).map(|(c, _)| c),
                         )
                     })

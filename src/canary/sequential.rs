@@ -226,7 +226,7 @@ mod tests {
             let (ttft, tpot) = (self.ttft.sample(rng), self.tpot.sample(rng));
             Outcome {
                 entry: "short".into(),
-                variant: String::new(),
+                variant: "".into(),
                 ok: !rng.random_bool(self.error_rate),
                 ttft: Some(Duration::from_secs_f64(ttft)),
                 tpot: Some(Duration::from_secs_f64(tpot)),

@@ -1,6 +1,7 @@
 //! What the canary report needs to know about a set of finished requests: counts, tokens,
 //! latency histograms (for percentiles) and bounded reservoirs (for significance tests).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
@@ -13,8 +14,9 @@ pub const RESERVOIR_CAPACITY: usize = 512;
 /// One finished request, as the gateway observed it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
-    pub entry: String,
-    pub variant: String,
+    /// Shared names: an outcome is made for every finished request.
+    pub entry: Arc<str>,
+    pub variant: Arc<str>,
     /// The response completed without an error status or a broken stream.
     pub ok: bool,
     pub ttft: Option<Duration>,

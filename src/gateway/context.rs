@@ -79,11 +79,18 @@ impl RequestCtx {
 
     /// The context the response's observer keeps until the body ends (the tenant's hold
     /// goes with it); the handler keeps the rest, which is all an error answer needs.
+    ///
+    /// The observer's id and URI are copies: hyper parses them as views into the client
+    /// connection's read buffer, and a view kept for a whole stream keeps that buffer
+    /// (8 KiB) alive beside the one hyper reads the next request into.
     pub fn hand_over(&mut self) -> Self {
+        let request_id = HeaderValue::from_bytes(self.request_id.as_bytes())
+            .unwrap_or_else(|_| self.request_id.clone());
+        let uri = Uri::try_from(self.uri.to_string()).unwrap_or_else(|_| self.uri.clone());
         Self {
-            request_id: self.request_id.clone(),
+            request_id,
             method: self.method.clone(),
-            uri: self.uri.clone(),
+            uri,
             received_at: self.received_at,
             access_log: self.access_log,
             entry: self.entry,

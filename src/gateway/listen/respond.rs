@@ -93,19 +93,20 @@ pub fn respond(
     let kind = body_kind(ctx.inference, &parts.headers);
     let inference = ctx.inference;
     let mut recorder = Recorder::new(state.metrics.clone(), ctx, (replica, status), kind);
+    // Set in place: the recorder is large, and each by-value step would copy it.
     if inference {
-        recorder = recorder.with_canary(state.shared.canary.clone());
+        recorder.set_canary(state.shared.canary.clone());
         let slo = crate::gateway::capacity::request_slo(&state.config);
-        recorder = recorder.with_capacity(placed.guard.replica().clone(), slo);
+        recorder.set_capacity(placed.guard.replica().clone(), slo);
     }
     if let Some(prefix) = placed.prefix {
-        recorder = recorder.with_prefix(prefix);
+        recorder.set_prefix(prefix);
     }
     if let Some(latency) = placed.latency {
-        recorder = recorder.with_placement(latency);
+        recorder.set_placement(latency);
     }
-    let body = ObservedBody::new(body, recorder, placed.guard)
-        .with_reliability(watchdog, state.health.clone());
+    let reliability = (watchdog, state.health.clone());
+    let body = ObservedBody::new(body, recorder, placed.guard, reliability);
     let body = boxed(body);
     state.metrics.record_overhead(OverheadPhase::FirstByte, headers_at);
     Response::from_parts(parts, body)

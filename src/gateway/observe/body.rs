@@ -28,13 +28,20 @@ pin_project! {
         recorder: Recorder,
         guard: Option<InFlightGuard>,
         ended: bool,
-        watchdog: Option<StreamWatchdog>,
-        health: Option<Arc<HealthTracker>>,
+        watchdog: StreamWatchdog,
+        health: Arc<HealthTracker>,
     }
 }
 
 impl<B: Body> ObservedBody<B> {
-    pub fn new(inner: B, mut recorder: Recorder, guard: InFlightGuard) -> Self {
+    /// Observes `inner` with `recorder`, holding `guard` until it ends, under the watchdog's
+    /// timers, with upstream failures reported to the health tracker.
+    pub fn new(
+        inner: B,
+        mut recorder: Recorder,
+        guard: InFlightGuard,
+        (watchdog, health): (StreamWatchdog, Arc<HealthTracker>),
+    ) -> Self {
         // An empty body (204, a HEAD response) may never be polled: finish it now rather
         // than have its drop count as an abandoned request.
         let ended = inner.is_end_stream();
@@ -42,18 +49,7 @@ impl<B: Body> ObservedBody<B> {
             recorder.finish(Outcome::Complete, Instant::now());
         }
         let guard = (!ended).then_some(guard);
-        Self { inner, recorder, guard, ended, watchdog: None, health: None }
-    }
-
-    /// Runs the body under `watchdog`'s timers and reports upstream failures to `health`.
-    pub fn with_reliability(
-        mut self,
-        watchdog: StreamWatchdog,
-        health: Arc<HealthTracker>,
-    ) -> Self {
-        self.watchdog = Some(watchdog);
-        self.health = Some(health);
-        self
+        Self { inner, recorder, guard, ended, watchdog, health }
     }
 }
 
@@ -80,9 +76,9 @@ where
             return Poll::Ready(None);
         }
         let failure = match this.inner.as_mut().poll_frame(cx) {
-            Poll::Pending => match this.watchdog.as_mut().map(|w| w.poll_expired(cx)) {
-                Some(Poll::Ready(expiry)) => Failure::Expired(expiry),
-                _ => return Poll::Pending,
+            Poll::Pending => match this.watchdog.poll_expired(cx) {
+                Poll::Ready(expiry) => Failure::Expired(expiry),
+                Poll::Pending => return Poll::Pending,
             },
             Poll::Ready(Some(Ok(frame))) => {
                 let now = Instant::now();
@@ -96,9 +92,7 @@ where
                     this.guard.take();
                     *this.ended = true;
                 }
-                if let Some(watchdog) = this.watchdog.as_mut() {
-                    watchdog.on_progress();
-                }
+                this.watchdog.on_progress();
                 return Poll::Ready(Some(Ok(frame)));
             }
             Poll::Ready(None) => {
@@ -114,26 +108,22 @@ where
             Failure::Upstream(error) => {
                 let request_id = this.recorder.request_id();
                 tracing::warn!(%error, request_id, "upstream body failed mid-response");
-                if let (Some(health), Some(guard)) = (this.health.as_ref(), this.guard.as_ref()) {
-                    health.record_failure(guard.replica(), FailureReason::Reset);
+                if let Some(guard) = this.guard.as_ref() {
+                    this.health.record_failure(guard.replica(), FailureReason::Reset);
                 }
                 (format!("upstream stream failed: {error}"), Outcome::UpstreamReset, "reset")
             }
             Failure::Expired(expiry) => {
                 let (request_id, reason) = (this.recorder.request_id(), expiry.as_str());
                 tracing::warn!(request_id, reason, "response cut short by the gateway");
-                if let (Some(health), Some(guard), Expiry::Idle) =
-                    (this.health.as_ref(), this.guard.as_ref(), expiry)
-                {
-                    health.record_failure(guard.replica(), FailureReason::Timeout);
+                if let (Some(guard), Expiry::Idle) = (this.guard.as_ref(), expiry) {
+                    this.health.record_failure(guard.replica(), FailureReason::Timeout);
                 }
                 let message = format!("response ended by the gateway: {}", expiry.as_str());
                 (message, Outcome::CutShort, expiry.as_str())
             }
         };
-        if let Some(health) = this.health.as_ref() {
-            health.metrics().stream_failures.with_label_values(&[reason]).inc();
-        }
+        this.health.metrics().stream_failures.with_label_values(&[reason]).inc();
         this.recorder.finish(outcome, Instant::now());
         this.guard.take();
         if this.recorder.kind() == BodyKind::Stream {

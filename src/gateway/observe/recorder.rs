@@ -3,7 +3,7 @@
 //! `vllm bench serve` defines them, and records them once when the response ends (in the
 //! Prometheus metrics, and for inference requests as a canary outcome).
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use super::access_log::{self, AccessRecord};
@@ -11,6 +11,7 @@ use super::metrics::GatewayMetrics;
 use super::metrics::status_class;
 use super::series::{RequestSeries, ResponseLabels};
 use crate::canary::{self, CanaryRecorder, Slo};
+use crate::gateway::config::Entry;
 use crate::gateway::context::RequestCtx;
 use crate::gateway::pick::Replica;
 use crate::gateway::pick::predict::LatencyProbe;
@@ -110,27 +111,23 @@ impl Recorder {
     }
 
     /// Feeds this stream's TTFT and TPOT to the replica's latency estimate.
-    pub fn with_placement(mut self, placement: LatencyProbe) -> Self {
+    pub fn set_placement(&mut self, placement: LatencyProbe) {
         self.placement = Some(placement);
-        self
     }
 
     /// Also reports the finished request to the canary comparison.
-    pub fn with_canary(mut self, canary: CanaryRecorder) -> Self {
+    pub fn set_canary(&mut self, canary: CanaryRecorder) {
         self.canary = Some(canary);
-        self
     }
 
     /// Checks a prefix-aware prediction against the usage the replica reports.
-    pub fn with_prefix(mut self, prefix: PrefixFeedback) -> Self {
+    pub fn set_prefix(&mut self, prefix: PrefixFeedback) {
         self.prefix = Some(prefix);
-        self
     }
 
     /// Counts the finished request, and whether it met `slo`, on the replica that served it.
-    pub fn with_capacity(mut self, replica: Arc<Replica>, slo: Slo) -> Self {
+    pub fn set_capacity(&mut self, replica: Arc<Replica>, slo: Slo) {
         self.capacity = Some((replica, slo));
-        self
     }
 
     pub fn kind(&self) -> BodyKind {
@@ -238,8 +235,8 @@ impl Recorder {
             }
         }
         let observed = canary::Outcome {
-            entry: String::new(),
-            variant: String::new(),
+            entry: entry_name(self.ctx.entry),
+            variant: self.ctx.variant.clone(),
             ok: outcome == Outcome::Complete && self.status.is_success(),
             ttft: self.first_token_at.map(|at| at.duration_since(self.ctx.received_at)),
             tpot,
@@ -251,11 +248,7 @@ impl Recorder {
             replica.load.record_finished(slo.is_met_by(&observed));
         }
         if let Some(canary) = &self.canary {
-            canary.record(canary::Outcome {
-                entry: entry.to_string(),
-                variant: self.ctx.variant.to_string(),
-                ..observed
-            });
+            canary.record(observed);
         }
     }
 }
@@ -299,6 +292,19 @@ impl Drop for Recorder {
         // Dropped before the end: hyper drops the body when the client goes away.
         self.finish(Outcome::ClientGone, Instant::now());
     }
+}
+
+/// An entry's name, shared: the canary report keys its series by it.
+fn entry_name(entry: Entry) -> Arc<str> {
+    static NAMES: LazyLock<[Arc<str>; 3]> = LazyLock::new(|| {
+        [Entry::Short, Entry::Long, Entry::Debug].map(|entry| Arc::from(entry.as_str()))
+    });
+    let index = match entry {
+        Entry::Short => 0,
+        Entry::Long => 1,
+        Entry::Debug => 2,
+    };
+    NAMES[index].clone()
 }
 
 /// The `usage` of a complete JSON response. Parsing the whole body to read it cost more
@@ -423,11 +429,13 @@ mod tests {
         let canary = CanaryRecorder::spawn(canary::CanarySettings::default(), layout);
         let start = Instant::now();
         let at = |ms| start + Duration::from_millis(ms);
-        let mut complete = recorder(&metrics, BodyKind::Stream, start).with_canary(canary.clone());
+        let mut complete = recorder(&metrics, BodyKind::Stream, start);
+        complete.set_canary(canary.clone());
         complete.on_data(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n", at(100));
         complete.on_data(b"data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\n", at(120));
         complete.finish(Outcome::Complete, at(130));
-        let cut = recorder(&metrics, BodyKind::Stream, start).with_canary(canary.clone());
+        let mut cut = recorder(&metrics, BodyKind::Stream, start);
+        cut.set_canary(canary.clone());
         drop(cut);
         let report = canary.report().await.unwrap();
         let summary = &report.entries[0].variants[0].since_start;
