@@ -6,6 +6,8 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
+use bytes::Bytes;
+use http::uri::PathAndQuery;
 use http::{HeaderValue, Method, Uri};
 
 use crate::gateway::config::{DEFAULT_VARIANT_NAME, Entry, Flow, Strategy};
@@ -86,7 +88,7 @@ impl RequestCtx {
     pub fn hand_over(&mut self) -> Self {
         let request_id = HeaderValue::from_bytes(self.request_id.as_bytes())
             .unwrap_or_else(|_| self.request_id.clone());
-        let uri = Uri::try_from(self.uri.to_string()).unwrap_or_else(|_| self.uri.clone());
+        let uri = detached(&self.uri);
         Self {
             request_id,
             method: self.method.clone(),
@@ -100,6 +102,32 @@ impl RequestCtx {
             quota: self.quota.take(),
             variant: self.variant.clone(),
             strategy: self.strategy,
+        }
+    }
+}
+
+/// A copy of `uri` in memory of its own (an origin-form target, as requests bring, is
+/// copied as is; the rare absolute form is formatted and parsed again).
+fn detached(uri: &Uri) -> Uri {
+    let copy = match (uri.scheme(), uri.path_and_query()) {
+        (None, Some(path)) => {
+            let bytes = Bytes::copy_from_slice(path.as_str().as_bytes());
+            PathAndQuery::from_maybe_shared(bytes).map(Uri::from).ok()
+        }
+        _ => Uri::try_from(uri.to_string()).ok(),
+    };
+    copy.unwrap_or_else(|| uri.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_detached_uri_is_equal_to_the_original() {
+        for text in ["/v1/chat/completions", "/v1/models?limit=2", "http://h:8000/health"] {
+            let uri = Uri::from_static(text);
+            assert_eq!(detached(&uri), uri);
         }
     }
 }

@@ -10,17 +10,6 @@ use crate::gateway::body::ProxyBody;
 /// `Keep-Alive` (RFC 9112 appendix C.2.2): hop-by-hop; the listener sets its own timeout.
 pub const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 
-/// Headers that describe one connection, not the request (RFC 9110 §7.6.1).
-const HOP_BY_HOP: [HeaderName; 7] = [
-    header::CONNECTION,
-    KEEP_ALIVE,
-    HeaderName::from_static("proxy-connection"),
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-];
-
 /// Removes the headers that describe one connection, in either direction: the client's
 /// connection to us and ours to the replica are different connections. Most messages carry
 /// none of them, so one pass over the names decides whether anything is removed (a remove
@@ -29,21 +18,33 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if !headers.keys().any(is_hop_by_hop) {
         return;
     }
-    if let Some(listed) = headers.get(header::CONNECTION).cloned() {
-        // Headers the sender marked connection-specific go too.
-        for name in listed.to_str().unwrap_or("").split(',') {
-            if let Ok(name) = HeaderName::from_bytes(name.trim().as_bytes()) {
-                headers.remove(name);
+    let mut doomed: Vec<HeaderName> =
+        headers.keys().filter(|n| is_hop_by_hop(n)).cloned().collect();
+    // Headers the sender marked connection-specific go too (`close` names none, and
+    // `keep-alive` is in the list above).
+    for value in headers.get_all(header::CONNECTION) {
+        for token in value.to_str().unwrap_or("").split(',').map(str::trim) {
+            if token.is_empty()
+                || token.eq_ignore_ascii_case("close")
+                || token.eq_ignore_ascii_case("keep-alive")
+            {
+                continue;
+            }
+            if let Ok(name) = HeaderName::from_bytes(token.as_bytes())
+                && headers.contains_key(&name)
+            {
+                doomed.push(name);
             }
         }
     }
-    for name in HOP_BY_HOP {
+    for name in doomed {
         headers.remove(name);
     }
 }
 
-/// Whether `name` is one of `HOP_BY_HOP` (a match on the lowercase text: a length test and
-/// one compare, cheaper than comparing with each constant).
+/// Whether `name` describes one connection, not the request (RFC 9110 §7.6.1, plus the
+/// legacy `Keep-Alive` and `Proxy-Connection`): a match on the lowercase text, a length
+/// test and one compare.
 fn is_hop_by_hop(name: &HeaderName) -> bool {
     matches!(
         name.as_str(),
@@ -103,7 +104,16 @@ mod tests {
 
     #[test]
     fn the_quick_test_knows_every_hop_by_hop_header() {
-        assert!(HOP_BY_HOP.iter().all(is_hop_by_hop));
+        let standard = [
+            header::CONNECTION,
+            header::PROXY_AUTHORIZATION,
+            header::TE,
+            header::TRAILER,
+            header::TRANSFER_ENCODING,
+        ];
+        assert!(standard.iter().all(is_hop_by_hop));
+        assert!(is_hop_by_hop(&KEEP_ALIVE));
+        assert!(is_hop_by_hop(&HeaderName::from_static("proxy-connection")));
         assert!(!is_hop_by_hop(&header::CONTENT_TYPE));
     }
 
