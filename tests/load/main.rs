@@ -10,6 +10,7 @@ mod support;
 
 mod canary_pools;
 mod gateway_reliability;
+mod routing_fault;
 mod sim_pinning;
 mod streaming_load;
 

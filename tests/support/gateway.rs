@@ -12,7 +12,7 @@ use axum::extract::ConnectInfo;
 use axum::routing::{get, post};
 use bytes::Bytes;
 use dashmap::DashSet;
-use laneway::gateway::config::{PolicyKind, PoolConfig, ReplicaConfig, VariantConfig};
+use laneway::gateway::config::{EntrySlo, PolicyKind, PoolConfig, ReplicaConfig, VariantConfig};
 use laneway::gateway::{self, Entry, GatewayConfig, GatewayHandle, Strategy};
 use laneway::sim::{self, SimConfig, SimHandle};
 use tokio::sync::mpsc;
@@ -63,6 +63,15 @@ pub fn loopback_config(replicas: Vec<ReplicaConfig>) -> GatewayConfig {
 
 pub fn with_policy(mut config: GatewayConfig, policy: PolicyKind) -> GatewayConfig {
     config.policy = policy;
+    config
+}
+
+/// A predicted-latency gateway in front of `sims`, with an SLO that the tiny replicas at
+/// test speed meet (TPOT well under a millisecond) and a 50x slowed one does not (10 ms).
+pub fn predicted_config(sims: &[SimHandle]) -> GatewayConfig {
+    let mut config = with_policy(config_for(sims), PolicyKind::PredictedLatency);
+    let slo = EntrySlo { ttft: Duration::from_millis(1000), tpot: Duration::from_millis(5) };
+    config.entry_mut(Entry::Short).slo = slo;
     config
 }
 
