@@ -12,7 +12,9 @@
 # default). Rounds interleave the targets (A B C ... A B C ...). Reported per target: req/s,
 # wrk's latency p50/p99, and the proxy's CPU (user + system) per request; then laneway's
 # ratios to the HAProxy mode it is measured against (spread ~ keep-alive, force_close ~
-# httpclose). With BASELINE_BINARY, that build runs too (targets `baseline-spread`,
+# httpclose). PER_CORE_WORKLOAD=sse sends streamed completions instead, which the stub
+# answers with $PER_CORE_SSE_EVENTS (default 64) token events, a usage event and [DONE]
+# in one body: the cost per relayed and observed event. With BASELINE_BINARY, that build runs too (targets `baseline-spread`,
 # `baseline-force-close`), for a before/after comparison in the same run. Output: a markdown report on stdout; raw wrk output in $PER_CORE_OUT
 # (default /tmp/per-core).
 # Needs nginx, wrk and haproxy: scripts/install-bench-deps.sh installs them.
@@ -24,6 +26,13 @@ SECONDS_PER_TARGET="${2:-6}"
 ROUNDS="${3:-2}"
 BASELINE="${4:-}"
 CONNECTIONS="${PER_CORE_CONNECTIONS:-32}"
+WORKLOAD="${PER_CORE_WORKLOAD:-tiny}"
+SSE_EVENTS="${PER_CORE_SSE_EVENTS:-64}"
+case "$WORKLOAD" in
+    tiny) SCRIPT=post.lua PATH_SENT=/v1/chat/completions; EVENTS=0 ;;
+    sse) SCRIPT=post_stream.lua PATH_SENT=/v1/completions; EVENTS="$SSE_EVENTS" ;;
+    *) echo "PER_CORE_WORKLOAD is tiny or sse" >&2; exit 1 ;;
+esac
 OUT="${PER_CORE_OUT:-/tmp/per-core}"
 WORK="$(mktemp -d /tmp/per-core.XXXXXX)"
 mkdir -p "$OUT"
@@ -39,6 +48,19 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 
 STUB_PORT="$(free_port)"
 sed -e "s|@PORT@|$STUB_PORT|" -e "s|@WORK@|$WORK|" "$ROOT/benches/per_core/nginx.conf" >"$WORK/nginx.conf"
+# The stream the stub serves to the `sse` workload.
+python3 - "$SSE_EVENTS" >"$WORK/stream.sse" <<'PY'
+import json, sys
+events = int(sys.argv[1])
+token = {"id": "cmpl-stub", "object": "text_completion",
+         "choices": [{"index": 0, "text": "ok", "finish_reason": None}]}
+usage = {"id": "cmpl-stub", "object": "text_completion", "choices": [],
+         "usage": {"prompt_tokens": 4, "completion_tokens": events, "total_tokens": events + 4}}
+line = lambda event: "data: " + json.dumps(event, separators=(",", ":")) + "\n\n"
+sys.stdout.write(line(token) * events + line(usage) + "data: [DONE]\n\n")
+PY
+# nginx's worker drops root: it must be able to read the stream (mktemp's directory is 0700).
+chmod 755 "$WORK" && chmod 644 "$WORK/stream.sse"
 taskset -c 0 nginx -c "$WORK/nginx.conf" -e "$WORK/nginx-error.log" &
 PIDS+=($!)
 STUB="http://127.0.0.1:$STUB_PORT"
@@ -87,8 +109,8 @@ fi
 for name in "${NAMES[@]}"; do
     for ((tries = 0; tries < 50; tries++)); do
         curl -sf -o /dev/null -H 'content-type: application/json' \
-            -d '{"model":"stub","messages":[{"role":"user","content":"hi"}]}' \
-            "${URLS[$name]}/v1/chat/completions" && break
+            -d '{"model":"stub","messages":[{"role":"user","content":"hi"}],"prompt":"hi"}' \
+            "${URLS[$name]}$PATH_SENT" && break
         sleep 0.2
     done
 done
@@ -101,7 +123,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
         pid="${PROXY_PIDS[$name]:-}"
         before=0; [[ -n "$pid" ]] && before="$(ticks "$pid")"
         taskset -c 0 wrk -t1 -c"$CONNECTIONS" -d"${SECONDS_PER_TARGET}s" --latency \
-            -s "$ROOT/benches/per_core/post.lua" "${URLS[$name]}/v1/chat/completions" \
+            -s "$ROOT/benches/per_core/$SCRIPT" "${URLS[$name]}$PATH_SENT" \
             >"$OUT/$name-r$round.txt"
         after=0; [[ -n "$pid" ]] && after="$(ticks "$pid")"
         echo "$name $round $((after - before))" >>"$OUT/cpu-ticks.txt.$$"
@@ -109,4 +131,4 @@ for ((round = 1; round <= ROUNDS; round++)); do
 done
 mv "$OUT/cpu-ticks.txt.$$" "$OUT/cpu-ticks.txt"
 
-python3 "$ROOT/benches/per_core/report.py" "$OUT" "$(getconf CLK_TCK)" "$CONNECTIONS" "$SECONDS_PER_TARGET" "$ROUNDS"
+python3 "$ROOT/benches/per_core/report.py" "$OUT" "$(getconf CLK_TCK)" "$CONNECTIONS" "$SECONDS_PER_TARGET" "$ROUNDS" "$EVENTS"

@@ -1,6 +1,8 @@
 """Report of benches/per_core.sh: wrk's figures and each proxy's CPU per request, as markdown.
 
-    report.py OUT_DIR CLK_TCK CONNECTIONS SECONDS ROUNDS
+    report.py OUT_DIR CLK_TCK CONNECTIONS SECONDS ROUNDS [EVENTS]
+
+EVENTS: token events per response (the `sse` workload); 0 or absent for tiny requests.
 """
 
 import re
@@ -46,7 +48,8 @@ def parse_wrk(path):
 
 
 def main():
-    out, hz, connections, seconds, rounds = sys.argv[1:]
+    out, hz, connections, seconds, rounds = sys.argv[1:6]
+    events = int(sys.argv[6]) if len(sys.argv) > 6 else 0
     out, hz = Path(out), float(hz)
     ticks = {}
     order = []
@@ -64,7 +67,9 @@ def main():
             figures["cpu_us"] = ticks[(name, round_no)] * 1e6 / hz
             runs[name].append(figures)
 
-    print(f"wrk -t1 -c{connections} -d{seconds}s, {rounds} interleaved rounds; "
+    workload = (f"streamed completions of {events} token events" if events
+                else "tiny non-streaming chat requests")
+    print(f"wrk -t1 -c{connections} -d{seconds}s, {workload}, {rounds} interleaved rounds; "
           "proxies on core 1, stub and wrk on core 0.\n")
     print("| target | req/s (mean) | req/s per round | p50 (us) | p99 (us) | "
           "CPU us per request | errors |")
@@ -87,6 +92,12 @@ def main():
         per_round = " ".join(f"{r['rate']:.0f}" for r in rows)
         print(f"| {name} | {mean:,.0f} | {per_round} | {p50:.0f} | {p99:.0f} | {cpu_cell} | "
               f"{errors} non-2xx{(' ' + socket) if socket else ''} |")
+    if events:
+        print(f"\nCPU per token event (the request's own cost included, {events} events):\n")
+        print("| proxy | CPU us per event |")
+        print("|---|---:|")
+        for name, cpu in cpu_per_request.items():
+            print(f"| {name} | {cpu / events:.2f} |")
     print("\nlaneway against the HAProxy mode that does the same on the wire, and against the "
           "baseline build if one ran (req/s: higher is better; CPU per request: lower is "
           "better):\n")

@@ -96,32 +96,34 @@ impl SseScanner {
 }
 
 /// The end of the first event in `buffer[start..]` and the start of the next one: events
-/// end at a blank line (`\n\n`, `\r\n\r\n` or `\r\r`). Searching begins at `scanned`.
+/// end at a blank line (`\n\n`, `\r\n\r\n` or `\r\r`). Searching begins at `scanned`,
+/// jumping from one line break to the next (memchr) rather than testing every byte.
 fn find_event_end(buffer: &[u8], start: usize, scanned: usize) -> Option<(usize, usize)> {
-    let from = scanned.max(start);
-    for index in from..buffer.len() {
+    let mut index = scanned.max(start);
+    while let Some(offset) = memchr::memchr2(b'\n', b'\r', &buffer[index..]) {
+        index += offset;
         let rest = &buffer[index..];
         for delimiter in [&b"\n\n"[..], b"\r\n\r\n", b"\r\r"] {
             if rest.starts_with(delimiter) {
                 return Some((index, index + delimiter.len()));
             }
         }
+        index += 1;
     }
     None
 }
 
 /// Classifies a complete event (its lines, without the terminating blank line).
 fn classify_event(event: &[u8]) -> Option<SseEvent> {
-    let mut data: Vec<u8> = Vec::new();
-    for line in event.split(|&b| b == b'\n') {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if let Some(rest) = line.strip_prefix(b"data:") {
-            if !data.is_empty() {
-                data.push(b'\n');
-            }
-            data.extend_from_slice(rest.strip_prefix(b" ").unwrap_or(rest));
+    let joined;
+    let data: &[u8] = match single_data_line(event) {
+        // One `data:` line, as every vLLM and SGLang event is: read in place.
+        Some(data) => data,
+        None => {
+            joined = joined_data_lines(event);
+            &joined
         }
-    }
+    };
     if data.is_empty() {
         return None;
     }
@@ -140,9 +142,35 @@ fn classify_event(event: &[u8]) -> Option<SseEvent> {
     Some(SseEvent::Data { has_choices, usage, error })
 }
 
+/// The value of an event that is one `data:` line and nothing else.
+fn single_data_line(event: &[u8]) -> Option<&[u8]> {
+    let line = event.strip_suffix(b"\r").unwrap_or(event);
+    if memchr::memchr(b'\n', line).is_some() {
+        return None;
+    }
+    let rest = line.strip_prefix(b"data:")?;
+    Some(rest.strip_prefix(b" ").unwrap_or(rest))
+}
+
+/// The values of an event's `data:` lines joined by newlines (other fields and comments
+/// left out).
+fn joined_data_lines(event: &[u8]) -> Vec<u8> {
+    let mut data: Vec<u8> = Vec::new();
+    for line in event.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if let Some(rest) = line.strip_prefix(b"data:") {
+            if !data.is_empty() {
+                data.push(b'\n');
+            }
+            data.extend_from_slice(rest.strip_prefix(b" ").unwrap_or(rest));
+        }
+    }
+    data
+}
+
 /// The bytes after `key` and its colon (whitespace skipped), if `key` occurs.
 fn value_after_key<'a>(json: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
-    let at = json.windows(key.len()).position(|window| window == key)?;
+    let at = memchr::memmem::find(json, key)?;
     let rest = json[at + key.len()..].trim_ascii_start();
     let rest = rest.strip_prefix(b":")?;
     Some(rest.trim_ascii_start())
