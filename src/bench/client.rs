@@ -197,12 +197,14 @@ pub async fn send_streaming(
     let index = record.index;
     let sent = Instant::now();
     let mut kept = Vec::new();
+    let mut served = (None, None);
     let exchange = async {
         let request = template.request(index, body, options.session);
         let response = match client.request(request).await {
             Ok(response) => response,
             Err(error) => return (Outcome::Connect(ErrorChain(&error).to_string()), None, None),
         };
+        served = served_by(response.headers());
         let status = response.status();
         if !status.is_success() {
             drain(response.into_body()).await;
@@ -221,7 +223,9 @@ pub async fn send_streaming(
         }
         (Outcome::Success, Some(status.as_u16()), Some(timer.finish(Instant::now())))
     };
-    match tokio::time::timeout(template.timeout, exchange).await {
+    let exchanged = tokio::time::timeout(template.timeout, exchange).await;
+    (record.replica, record.api_worker) = served;
+    match exchanged {
         Err(_) => {
             record.outcome = Outcome::Timeout;
             record.e2e = sent.elapsed();
@@ -284,6 +288,14 @@ pub async fn send_plain(
             }
         }
     };
+}
+
+/// The replica and simulated API process a response names (see [`RequestRecord::replica`]).
+fn served_by(headers: &http::HeaderMap) -> (Option<String>, Option<u32>) {
+    let text = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
+    let replica = text("x-sim-replica").or_else(|| text("x-laneway-replica"));
+    let api_worker = text("x-sim-api-worker").and_then(|value| value.parse().ok());
+    (replica.map(str::to_string), api_worker)
 }
 
 async fn drain(mut body: hyper::body::Incoming) {

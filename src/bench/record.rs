@@ -84,6 +84,14 @@ pub struct RequestRecord {
     /// Events with non-empty choices that arrived (streams only): a proxy that loses or
     /// merges chunks shows here against a direct run of the same requests.
     pub chunks: u64,
+    /// Where it was served, when the response said so (streams only): the replica (the
+    /// simulator's `x-sim-replica`, else laneway's `x-laneway-replica`) and the simulator's
+    /// API process (`x-sim-api-worker`), which every proxy passes on. Placement can then be
+    /// read per target, peers included.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replica: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_worker: Option<u32>,
 }
 
 impl RequestRecord {
@@ -103,6 +111,8 @@ impl RequestRecord {
             output_tokens: 0,
             cached_tokens: None,
             chunks: 0,
+            replica: None,
+            api_worker: None,
         }
     }
 

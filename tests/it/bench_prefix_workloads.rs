@@ -143,6 +143,9 @@ async fn conversations_hit_the_cache_on_their_history() {
     assert_eq!(records.len(), 6);
     for record in records {
         assert!(record.outcome.is_success(), "{record:?}");
+        // The record names where it was served (one replica, one API process).
+        assert_eq!(record.replica.as_deref(), Some("test-replica"), "{record:?}");
+        assert_eq!(record.api_worker, Some(0), "{record:?}");
         let turn = record.index % 3;
         let expected = if turn == 0 {
             0
