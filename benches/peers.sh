@@ -91,10 +91,6 @@ tree_ticks() {
 
 log() { printf '[peers %4ds] %s\n' "$((SECONDS - STARTED_AT))" "$*" >&2; }
 
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-}
-
 # Waits (at most $2 seconds) until something answers HTTP on URL $1.
 wait_http() {
     local url="$1" limit="${2:-60}" tries

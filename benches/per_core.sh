@@ -43,27 +43,9 @@ done
 
 source "$ROOT/benches/peers/background.sh"
 source "$ROOT/benches/peers/listening.sh"
+source "$ROOT/benches/per_core/stub.sh"
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-STUB_PORT="$(free_port)"
-sed -e "s|@PORT@|$STUB_PORT|" -e "s|@WORK@|$WORK|" "$ROOT/benches/per_core/nginx.conf" >"$WORK/nginx.conf"
-# The stream the stub serves to the `sse` workload.
-python3 - "$SSE_EVENTS" >"$WORK/stream.sse" <<'PY'
-import json, sys
-events = int(sys.argv[1])
-token = {"id": "cmpl-stub", "object": "text_completion",
-         "choices": [{"index": 0, "text": "ok", "finish_reason": None}]}
-usage = {"id": "cmpl-stub", "object": "text_completion", "choices": [],
-         "usage": {"prompt_tokens": 4, "completion_tokens": events, "total_tokens": events + 4}}
-line = lambda event: "data: " + json.dumps(event, separators=(",", ":")) + "\n\n"
-sys.stdout.write(line(token) * events + line(usage) + "data: [DONE]\n\n")
-PY
-# nginx's worker drops root: it must be able to read the stream (mktemp's directory is 0700).
-chmod 755 "$WORK" && chmod 644 "$WORK/stream.sse"
-taskset -c 0 nginx -c "$WORK/nginx.conf" -e "$WORK/nginx-error.log" &
-PIDS+=($!)
-STUB="http://127.0.0.1:$STUB_PORT"
+start_stub taskset -c 0
 
 declare -A URLS=() PROXY_PIDS=()
 NAMES=(direct)
@@ -87,8 +69,7 @@ start_haproxy() {
 # start_laneway NAME STRATEGY [BINARY]
 start_laneway() {
     local name="$1" strategy="$2" binary="${3:-$LANEWAY}"
-    sed -e "s|@LISTEN@|127.0.0.1:0|" -e "s|@ADMIN@|127.0.0.1:0|" -e "s|@STUB@|$STUB|" \
-        -e "s|@STRATEGY@|$strategy|" "$ROOT/benches/per_core/laneway.toml" >"$WORK/$name.toml"
+    laneway_config "$WORK/$name.toml" "$strategy"
     taskset -c 1 "$binary" serve --config "$WORK/$name.toml" >"$WORK/$name.out" 2>"$WORK/$name.err" &
     PIDS+=($!)
     PROXY_PIDS[$name]=$!

@@ -78,23 +78,24 @@ rate() { python3 -c "print(round($CAPACITY * $1, 2))"; }
 LIGHT="$(rate 3/11)"; HEAVY="$(rate 30/11)"; HIGH="$(rate 1/3)"; FLOOD="$(rate 3)"
 echo "api workers $API_WORKERS, per replica $PER_REPLICA, capacity $CAPACITY req/s: light $LIGHT, heavy $HEAVY, high $HIGH, flood $FLOOD" | tee "$OUT/rates.txt"
 
+# beside LOAD_ARGS... -- MEASURED_ARGS...: `run` MEASURED while LOAD runs beside it.
+beside() {
+    local load=()
+    while [[ "$1" != -- ]]; do load+=("$1"); shift; done
+    shift
+    run "${load[@]}" &
+    local pid=$!
+    run "$@"
+    wait "$pid"
+}
+
 run light-alone "$TENANTS" "$LIGHT" 1 "authorization: Bearer sk-light"
-run fair-heavy "$TENANTS" "$HEAVY" 2 "authorization: Bearer sk-heavy" &
-beside=$!
-run fair-light "$TENANTS" "$LIGHT" 1 "authorization: Bearer sk-light"
-wait "$beside"
-run fifo-heavy "$PLAIN" "$HEAVY" 2 &
-beside=$!
-run fifo-light "$PLAIN" "$LIGHT" 1
-wait "$beside"
+beside fair-heavy "$TENANTS" "$HEAVY" 2 "authorization: Bearer sk-heavy" \
+    -- fair-light "$TENANTS" "$LIGHT" 1 "authorization: Bearer sk-light"
+beside fifo-heavy "$PLAIN" "$HEAVY" 2 -- fifo-light "$PLAIN" "$LIGHT" 1
 run high-alone "$PLAIN" "$HIGH" 3 "x-laneway-priority: 8"
-run priority-flood "$PLAIN" "$FLOOD" 4 "x-laneway-priority: 1" &
-beside=$!
-run priority-high "$PLAIN" "$HIGH" 3 "x-laneway-priority: 8"
-wait "$beside"
-run oneband-flood "$PLAIN" "$FLOOD" 4 &
-beside=$!
-run oneband-high "$PLAIN" "$HIGH" 3
-wait "$beside"
+beside priority-flood "$PLAIN" "$FLOOD" 4 "x-laneway-priority: 1" \
+    -- priority-high "$PLAIN" "$HIGH" 3 "x-laneway-priority: 8"
+beside oneband-flood "$PLAIN" "$FLOOD" 4 -- oneband-high "$PLAIN" "$HIGH" 3
 
 python3 "$ROOT/benches/tenants/table.py" "$OUT" | tee "$OUT/table.md"

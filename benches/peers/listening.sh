@@ -1,4 +1,10 @@
-# Sourced by benches/peers.sh and benches/overhead_ab.sh.
+# Sourced by benches/peers.sh, benches/overhead_ab.sh and benches/per_core*.
+
+# free_port: a loopback port free at the time of asking.
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
 # listening_url FILE: waits (at most 30 s) for the first stdout line
 # `listening on http://HOST:PORT` that `laneway sim` and `laneway serve` print, and echoes the URL.
 listening_url() {

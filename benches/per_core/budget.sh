@@ -25,14 +25,10 @@ done
 
 source "$ROOT/benches/peers/background.sh"
 source "$ROOT/benches/peers/listening.sh"
+source "$ROOT/benches/per_core/stub.sh"
 
-STUB_PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-sed -e "s|@PORT@|$STUB_PORT|" -e "s|@WORK@|$WORK|" "$ROOT/benches/per_core/nginx.conf" >"$WORK/nginx.conf"
-nginx -c "$WORK/nginx.conf" -e "$WORK/nginx-error.log" &
-PIDS+=($!)
-
-sed -e "s|@LISTEN@|127.0.0.1:0|" -e "s|@ADMIN@|127.0.0.1:0|" -e "s|@STUB@|http://127.0.0.1:$STUB_PORT|" \
-    -e "s|@STRATEGY@|$STRATEGY|" "$ROOT/benches/per_core/laneway.toml" >"$WORK/laneway.toml"
+start_stub
+laneway_config "$WORK/laneway.toml" "$STRATEGY"
 # No scrape or health check during the count: their instructions depend on how long the
 # requests take under valgrind, not on how many there are.
 printf '[scrape]\ninterval_ms = 600000\n[health]\ninterval_ms = 600000\n' >>"$WORK/laneway.toml"

@@ -74,12 +74,7 @@ async fn a_slowed_candidate_pool_is_rolled_back_without_a_failed_request() {
     assert_eq!(actions[0]["to_weight"], 0);
     let judgement = &report["entries"][0]["variants"][1]["judgement"];
     assert_eq!(judgement["verdict"], "worse", "{report:#}");
-    let text = reqwest::get(admin_url(&gateway, "/admin/canary?format=text"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = admin_text(&gateway, "/admin/canary?format=text").await;
     assert!(text.contains("slow worse after"), "{text}");
     assert!(text.contains("action: short slow rollback weight 1 -> 0"), "{text}");
     gateway.shutdown().await;

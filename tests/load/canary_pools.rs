@@ -35,12 +35,7 @@ async fn the_report_names_a_clearly_slower_pool() {
     assert_eq!(short["variants"][0]["window"]["requests"], USERS as u64 - on_slow);
     assert_eq!(slow["window_vs_baseline"]["ttft"]["verdict"], "slower", "{report:#}");
     assert_eq!(slow["window_vs_baseline"]["tpot"]["verdict"], "slower", "{report:#}");
-    let text = reqwest::get(admin_url(&gateway, "/admin/canary?format=text"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = admin_text(&gateway, "/admin/canary?format=text").await;
     assert!(text.contains("slow vs fast: TTFT slower by"), "{text}");
     gateway.shutdown().await;
 }

@@ -220,3 +220,10 @@ pub async fn admin_json(gateway: &GatewayHandle, path: &str) -> serde_json::Valu
     assert_eq!(response.status(), 200, "{path}");
     response.json().await.unwrap()
 }
+
+/// An admin page as text (e.g. `/admin/canary?format=text`).
+pub async fn admin_text(gateway: &GatewayHandle, path: &str) -> String {
+    let response = reqwest::get(admin_url(gateway, path)).await.unwrap();
+    assert_eq!(response.status(), 200, "{path}");
+    response.text().await.unwrap()
+}

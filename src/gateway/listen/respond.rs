@@ -105,8 +105,8 @@ pub fn respond(
     if let Some(latency) = placed.latency {
         recorder.set_placement(latency);
     }
-    let reliability = (watchdog, state.health.clone());
-    let body = ObservedBody::new(body, recorder, placed.guard, reliability);
+    let health = state.health.clone();
+    let body = ObservedBody::new(body, recorder, placed.guard, watchdog, health);
     let body = boxed(body);
     state.metrics.record_overhead(OverheadPhase::FirstByte, headers_at);
     Response::from_parts(parts, body)

@@ -40,7 +40,8 @@ impl<B: Body> ObservedBody<B> {
         inner: B,
         mut recorder: Recorder,
         guard: InFlightGuard,
-        (watchdog, health): (StreamWatchdog, Arc<HealthTracker>),
+        watchdog: StreamWatchdog,
+        health: Arc<HealthTracker>,
     ) -> Self {
         // An empty body (204, a HEAD response) may never be polled: finish it now rather
         // than have its drop count as an abandoned request.
