@@ -17,6 +17,7 @@ use parking_lot::Mutex;
 
 use super::concurrency::{COUNTS, TtftByConcurrency, slot};
 use super::fit::DecayedLine;
+use crate::gateway::clock;
 use crate::gateway::pick::replica::Replica;
 
 /// What a new replica is assumed to do before it has served anything: 50 ms plus 10 us a
@@ -41,8 +42,11 @@ pub struct Predicted {
 pub struct LatencyEstimate {
     /// Prompt tokens of requests placed on the replica that have not had their first token.
     pending_prefill_tokens: AtomicU64,
-    /// Requests ever placed on the replica: exploration goes to the least placed.
+    /// Requests ever placed on the replica.
     placements: AtomicU64,
+    /// When the last was placed ([`clock::now_micros`], zero for never): exploration goes
+    /// to the replica whose estimate is stalest.
+    last_placed: AtomicU64,
     /// Published models, as `f64` bits: the decode line's `(intercept, slope)`, the TTFT
     /// slope per prompt token and its intercept per count of other requests in flight.
     decode_published: [AtomicU64; 2],
@@ -80,6 +84,7 @@ impl Default for LatencyEstimate {
         Self {
             pending_prefill_tokens: AtomicU64::new(0),
             placements: AtomicU64::new(0),
+            last_placed: AtomicU64::new(0),
             decode_published: publish(&models.decode),
             ttft_slope_published: AtomicU64::new(models.prefill.slope().to_bits()),
             ttft_intercepts_published: models
@@ -124,6 +129,11 @@ impl LatencyEstimate {
 
     pub fn placements(&self) -> u64 {
         self.placements.load(Ordering::Relaxed)
+    }
+
+    /// When a request was last placed on the replica ([`clock::now_micros`]; zero: never).
+    pub fn last_placed(&self) -> u64 {
+        self.last_placed.load(Ordering::Relaxed)
     }
 
     /// TTFT for `prompt_tokens` placed behind `queued_ahead` prompt tokens, and TPOT with
@@ -206,6 +216,7 @@ impl LatencyProbe {
     pub fn begin(replica: Arc<Replica>, prompt_tokens: u64, now: Instant) -> Self {
         let estimate = &replica.latency;
         estimate.placements.fetch_add(1, Ordering::Relaxed);
+        estimate.last_placed.store(clock::now_micros(), Ordering::Relaxed);
         let queued_ahead =
             estimate.pending_prefill_tokens.fetch_add(prompt_tokens, Ordering::Relaxed);
         // The request's own in-flight guard is already held.

@@ -16,12 +16,16 @@
 //! from one predicted to meet it, and replicas that all meet it share by load. Ties go to
 //! the first candidate from a random start.
 //!
-//! `EXPLORE_RATIO` of the requests go to the candidate that has been placed the fewest
-//! requests, whatever the predictions say, so a replica that nothing else would pick is
-//! still measured and wins its share back when it recovers (at most that ratio of the
-//! traffic is spent on it). The draws come from a seeded generator, so tests replay them.
+//! Every `EXPLORE_EVERY`-th pick goes to the candidate whose estimate is stalest (the one
+//! placed a request longest ago), whatever the predictions say, so a replica that nothing
+//! else would pick is still measured, within a bounded number of picks, and wins its share
+//! back when it recovers; at most that share of the traffic is spent on it. Exploration is
+//! counted, not drawn: a run of unlucky draws could otherwise leave a healed replica
+//! unmeasured for hundreds of requests. The start of each scan comes from a seeded
+//! generator, so tests replay the picks.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::gateway::pick::draw::Draws;
 use crate::gateway::pick::least_queue;
@@ -30,29 +34,37 @@ use crate::gateway::pick::policy::{
 };
 use crate::gateway::pick::replica::Replica;
 
-/// Share of requests placed on the least-placed candidate, whatever the predictions say.
-pub const EXPLORE_RATIO: f64 = 1.0 / 32.0;
+/// One pick in this many goes to the stalest candidate, whatever the predictions say.
+pub const EXPLORE_EVERY: u64 = 32;
 
 /// Share of each objective a prediction must stay within to count as meeting it: a
 /// prediction is a mean, and a mean right at the objective misses it half the time.
 pub const FIT_SHARE: f64 = 0.9;
 
-/// The policy; its generator is the only state.
+/// The policy: its generator and its count of picks.
 #[derive(Debug)]
 pub struct PredictedLatency {
     rng: Draws,
-    explore_ratio: f64,
+    picks: AtomicU64,
+    /// One pick in this many explores; zero never does.
+    explore_every: u64,
 }
 
 impl PredictedLatency {
     pub fn new(seed: u64) -> Self {
-        Self { rng: Draws::new(seed), explore_ratio: EXPLORE_RATIO }
+        Self { rng: Draws::new(seed), picks: AtomicU64::new(0), explore_every: EXPLORE_EVERY }
     }
 
-    /// The same policy exploring `ratio` of its picks (tests: 0 for pure predictions).
-    pub fn with_explore_ratio(mut self, ratio: f64) -> Self {
-        self.explore_ratio = ratio.clamp(0.0, 1.0);
+    /// The same policy exploring one pick in `every` (tests: 0 for pure predictions).
+    pub fn with_explore_every(mut self, every: u64) -> Self {
+        self.explore_every = every;
         self
+    }
+
+    /// Whether this pick is an exploration (the first, then one in `explore_every`).
+    fn explores(&self) -> bool {
+        self.explore_every > 0
+            && self.picks.fetch_add(1, Ordering::Relaxed) % self.explore_every == 0
     }
 }
 
@@ -93,10 +105,10 @@ impl Policy for PredictedLatency {
             1 => return Some(nth_candidate(0, context)),
             _ => {}
         }
-        if self.rng.unit() < self.explore_ratio {
-            let least_placed = (0..count)
-                .min_by_key(|&n| replicas[nth_candidate(n, context)].latency.placements());
-            return least_placed.map(|n| nth_candidate(n, context));
+        if self.explores() {
+            let stalest = (0..count)
+                .min_by_key(|&n| replicas[nth_candidate(n, context)].latency.last_placed());
+            return stalest.map(|n| nth_candidate(n, context));
         }
         let start = self.rng.below(count);
         // (score, index) of the least loaded fitting candidate; (headroom, index) of the
