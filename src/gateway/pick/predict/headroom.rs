@@ -64,7 +64,7 @@ impl PredictedLatency {
     /// Whether this pick is an exploration (the first, then one in `explore_every`).
     fn explores(&self) -> bool {
         self.explore_every > 0
-            && self.picks.fetch_add(1, Ordering::Relaxed) % self.explore_every == 0
+            && self.picks.fetch_add(1, Ordering::Relaxed).is_multiple_of(self.explore_every)
     }
 }
 
