@@ -25,7 +25,7 @@ use crate::gateway::pick::replica::Replica;
 const PREFILL_PRIOR: (f64, f64) = (0.05, 1e-5);
 const PREFILL_PRIOR_SPAN: (f64, f64) = (0.0, 16_384.0);
 const DECODE_PRIOR: (f64, f64) = (0.015, 5e-4);
-const DECODE_PRIOR_SPAN: (f64, f64) = (1.0, 8.0);
+const DECODE_PRIOR_SPAN: (f64, f64) = (1.0, 32.0);
 /// The prior weighs as much as this many samples at each end of its span: a few percent of
 /// the data once there are any, enough to fix a slope the data cannot.
 const PRIOR_WEIGHT: f64 = 0.05;

@@ -1,7 +1,7 @@
 //! A straight line `y = intercept + slope * x` fitted online by least squares in which
 //! every new sample discounts the old ones by a constant factor, anchored by a weak prior
-//! slope so that it is defined from the first sample and stays defined when every sample
-//! has the same `x` (the level is the samples' own; before any, the prior line's).
+//! line so that it is defined from the first sample and stays defined when every sample
+//! has the same `x`.
 
 /// Weight each older sample keeps when a new one arrives: the last ~10 samples count most,
 /// so a replica that slows down or recovers is followed within a few requests.
@@ -78,30 +78,26 @@ impl DecayedLine {
     }
 
     /// `(intercept, slope)`: the intercept at least zero, the slope at least the floor
-    /// (latency never falls, and keeps growing, as work grows). The prior pulls on the slope
-    /// only (as `prior_weight` samples at each end of its span would), never on the level:
-    /// samples clustered at a few `x` far from one end of the span would otherwise be
-    /// tilted toward the prior's level there, and a replica seen only at 8 streams in flight
-    /// predicted 20% fast at 1.
+    /// (latency never falls, and keeps growing, as work grows).
     pub fn coefficients(&self) -> (f64, f64) {
-        let [(x_low, y_low), (x_high, y_high)] = self.prior;
-        let prior_slope = if x_high > x_low { (y_high - y_low) / (x_high - x_low) } else { 0.0 };
-        let [n, sx, sy, sxx, sxy] = self.sums;
-        if n <= f64::EPSILON {
-            return ((y_low - prior_slope * x_low).max(0.0), prior_slope.max(self.min_slope));
+        let [mut n, mut sx, mut sy, mut sxx, mut sxy] = self.sums;
+        for (x, y) in self.prior {
+            n += self.prior_weight;
+            sx += self.prior_weight * x;
+            sy += self.prior_weight * y;
+            sxx += self.prior_weight * x * x;
+            sxy += self.prior_weight * x * y;
         }
-        let half_span = (x_high - x_low) / 2.0;
-        let prior_spread = 2.0 * self.prior_weight * half_span * half_span;
-        let spread = (sxx - sx * sx / n).max(0.0) + prior_spread;
-        let covariance = sxy - sx * sy / n + prior_slope * prior_spread;
-        let fitted = if spread > f64::EPSILON { covariance / spread } else { prior_slope };
+        let spread = n * sxx - sx * sx;
+        let fitted =
+            if spread > f64::EPSILON * n * sxx { (n * sxy - sx * sy) / spread } else { 0.0 };
         let slope = fitted.max(self.min_slope);
         let intercept = (sy - slope * sx) / n;
-        if intercept < 0.0 && sxx > f64::EPSILON {
+        if intercept < 0.0 {
             // Through the origin instead: the best slope with no fixed cost.
             return (0.0, (sxy / sxx).max(self.min_slope));
         }
-        (intercept.max(0.0), slope)
+        (intercept, slope)
     }
 
     pub fn predict(&self, x: f64) -> f64 {

@@ -18,16 +18,10 @@
 //! so a replica whose TPOT sits steadily just under the objective (a slowed one, a smaller
 //! TP) still counts as meeting it and takes its share, instead of only the overflow when
 //! every other replica is full, in bursts that do push it over.
-//!
 //! Every candidate is judged. Among those that fit, the lowest `least_queue` score wins (the
 //! gateway's own in-flight counts, updated at each pick, so a scan does not herd the way
-//! lagged latency estimates alone would). If none fits, the request is predicted to miss
-//! wherever it goes, and what is left to choose is the damage: a replica whose streams are
-//! predicted to decode within the TPOT objective now, and not with one more, would lose
-//! those streams too, so it takes the request last; among the rest the widest headroom
-//! wins, i.e. the smallest predicted miss. (Without that rule, once every fast replica was
-//! full, a slow one just within its TPOT objective took the whole overflow and pushed its
-//! dozen streams past it.) So a replica predicted to miss the SLO never takes a request
+//! lagged latency estimates alone would); if none fits, the widest headroom wins, i.e. the
+//! smallest predicted miss. So a replica predicted to miss the SLO never takes a request
 //! from one predicted to meet it, and replicas that all meet it share by load. Ties go to
 //! the first candidate from a random start.
 //!
@@ -90,22 +84,9 @@ pub fn headroom(replica: &Replica, request: &RequestShape) -> f64 {
     let predicted =
         estimate.predict(estimate.pending_prefill_tokens(), request.prompt_tokens, in_flight);
     let ttft_margin = 1.0 - predicted.ttft / (FIT_SHARE * request.slo.ttft.as_secs_f64()).max(1e-6);
-    ttft_margin.min(tpot_margin(replica, in_flight, request)) - replica.load.failures() as f64
-}
-
-/// The TPOT margin of a stream on `replica` with `in_flight` streams there (it included).
-fn tpot_margin(replica: &Replica, in_flight: u64, request: &RequestShape) -> f64 {
-    let estimate = &replica.latency;
-    let tpot = estimate.predict(0, 0, in_flight).tpot * (1.0 + estimate.tpot_error());
-    1.0 - tpot / request.slo.tpot.as_secs_f64().max(1e-6)
-}
-
-/// The streams already on `replica` that one more would push past the TPOT objective:
-/// all of them if they are predicted to meet it now and not with one more, else none.
-pub fn streams_pushed_over(replica: &Replica, request: &RequestShape) -> u64 {
-    let in_flight = replica.load.in_flight();
-    let meets_now = in_flight > 0 && tpot_margin(replica, in_flight, request) >= 0.0;
-    if meets_now && tpot_margin(replica, in_flight + 1, request) < 0.0 { in_flight } else { 0 }
+    let tpot_with_error = predicted.tpot * (1.0 + estimate.tpot_error());
+    let tpot_margin = 1.0 - tpot_with_error / request.slo.tpot.as_secs_f64().max(1e-6);
+    ttft_margin.min(tpot_margin) - replica.load.failures() as f64
 }
 
 /// Whether a headroom means both predictions meet the SLO with their margins.
@@ -140,10 +121,10 @@ impl Policy for PredictedLatency {
             return stalest.map(|n| nth_candidate(n, context));
         }
         let start = self.rng.below(count);
-        // (score, index) of the least loaded fitting candidate; (streams pushed over,
-        // headroom, index) of the least damaging, widest headroom one that does not fit.
+        // (score, index) of the least loaded fitting candidate; (headroom, index) of the
+        // widest headroom overall.
         let mut least_loaded: Option<(f64, usize)> = None;
-        let mut least_damage: Option<(u64, f64, usize)> = None;
+        let mut widest: Option<(f64, usize)> = None;
         for step in 0..count {
             let index = nth_candidate((start + step) % count, context);
             let replica = &replicas[index];
@@ -153,15 +134,10 @@ impl Policy for PredictedLatency {
                 if least_loaded.is_none_or(|(best, _)| score < best) {
                     least_loaded = Some((score, index));
                 }
-            } else if least_loaded.is_none() {
-                let damage = streams_pushed_over(replica, request);
-                let better = least_damage
-                    .is_none_or(|(least, widest, _)| (damage, -room) < (least, -widest));
-                if better {
-                    least_damage = Some((damage, room, index));
-                }
+            } else if least_loaded.is_none() && widest.is_none_or(|(best, _)| room > best) {
+                widest = Some((room, index));
             }
         }
-        least_loaded.map(|(_, index)| index).or(least_damage.map(|(_, _, index)| index))
+        least_loaded.or(widest).map(|(_, index)| index)
     }
 }

@@ -178,8 +178,8 @@ fn with_slo(prompt_tokens: u64, ttft_ms: u64, tpot_ms: u64) -> RequestShape {
 #[test]
 fn a_replica_predicted_to_miss_the_slo_loses_to_one_predicted_to_meet_it_however_loaded() {
     let set = replicas(2);
-    // r0 decodes at 51 ms a token, r1 at 15 ms; both reach a first token in 100 ms.
-    train(&set[0], 30, 0, 1000, 0.1, 0.051);
+    // r0 decodes at 49.5 ms a token, r1 at 15 ms; both reach a first token in 100 ms.
+    train(&set[0], 30, 0, 1000, 0.1, 0.0495);
     train(&set[1], 30, 0, 1000, 0.1, 0.015);
     set[1].load.in_flight.store(6, Ordering::Relaxed);
     let policy = PredictedLatency::new(1).with_explore_every(0);
@@ -190,7 +190,8 @@ fn a_replica_predicted_to_miss_the_slo_loses_to_one_predicted_to_meet_it_however
         }
         counts
     };
-    // TPOT objective 50 ms: r0's 51 ms misses it.
+    // TPOT objective 50 ms: r0's 49.5 ms is within it, by less than the 2% margin a TPOT
+    // prediction always keeps.
     assert_eq!(picks(with_slo(1000, 1000, 50)), [0, 100]);
     // An objective both meet: the emptier replica takes every request.
     assert_eq!(picks(with_slo(1000, 1000, 200)), [100, 0]);
@@ -209,10 +210,10 @@ fn ttft_is_learned_by_requests_in_flight_and_overflow_goes_to_the_slow_replica()
             train(replica, 6, others, 1000, ttft, 0.015);
         }
     }
-    // r0 decodes at 52 ms a token (over the 49 ms objective below) and its first token
-    // holds at 150 ms.
+    // r0 decodes at 49.5 ms a token (just over the 49 ms objective below) and its first
+    // token holds at 150 ms.
     for others in 0..8 {
-        train(&set[0], 6, others, 1000, 0.15, 0.052);
+        train(&set[0], 6, others, 1000, 0.15, 0.0495);
     }
     let predicted = |replica: &Replica, in_flight| replica.latency.predict(0, 1000, in_flight).ttft;
     assert!((predicted(&set[1], 3) - 0.1).abs() < 0.03, "{}", predicted(&set[1], 3));
@@ -256,36 +257,4 @@ fn a_tpot_margin_follows_the_predictions_error() {
     // Before any stream has decoded, a TPOT prediction keeps the 10% margin of old.
     let fresh = replicas(1).remove(0);
     assert!((fresh.latency.tpot_error() - 1.0 / 9.0).abs() < 1e-12);
-}
-
-#[test]
-fn overflow_goes_where_it_pushes_no_stream_past_the_tpot_objective() {
-    let set = replicas(3);
-    // r1 and r2: first token in 100 ms below 4 other requests in flight, 750 ms from 4 on,
-    // 15 ms TPOT. r0: first token in 150 ms, TPOT 40 ms + 2 ms per stream in flight, so
-    // within a 50 ms objective (and its 2% margin) up to 4 streams.
-    for _ in 0..6 {
-        for others in 0..8 {
-            for replica in &set[1..] {
-                let ttft = if others < 4 { 0.1 } else { 0.75 };
-                train(replica, 1, others, 1000, ttft, 0.015);
-            }
-            train(&set[0], 1, others, 1000, 0.15, 0.040 + 0.002 * (others + 1) as f64);
-        }
-    }
-    let policy = PredictedLatency::new(4).with_explore_every(0);
-    let request = with_slo(1000, 500, 50);
-    let pick = |loads: [u64; 3]| {
-        for (replica, load) in set.iter().zip(loads) {
-            replica.load.in_flight.store(load, Ordering::Relaxed);
-        }
-        policy.pick_for(&set, &context(), &request).unwrap()
-    };
-    // r0 has room: the only replica predicted to meet the SLO.
-    assert_eq!(pick([2, 5, 5]), 0);
-    // Nothing fits. r0's four streams meet the TPOT objective and a fifth would push them
-    // all past it: the request misses its first token on a full fast replica instead.
-    assert_ne!(pick([4, 5, 5]), 0);
-    // r0's streams are past the objective already: the smallest predicted miss wins.
-    assert_eq!(pick([6, 5, 5]), 0);
 }
