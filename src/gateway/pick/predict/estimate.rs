@@ -30,14 +30,6 @@ const DECODE_PRIOR_SPAN: (f64, f64) = (1.0, 32.0);
 /// the data once there are any, enough to fix a slope the data cannot.
 const PRIOR_WEIGHT: f64 = 0.05;
 
-/// The TPOT prediction's relative error assumed before any stream has decoded: a
-/// prediction must be 10% under the objective, as a TTFT prediction always must.
-pub const TPOT_ERROR_PRIOR: f64 = 1.0 / 9.0;
-/// The least relative error a TPOT prediction is credited with, however well it has done.
-pub const TPOT_ERROR_FLOOR: f64 = 0.02;
-/// Weight the running TPOT error keeps when a stream reports: the last ten or so count.
-const TPOT_ERROR_DECAY: f64 = 0.9;
-
 /// A prediction for one request on one replica, in seconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Predicted {
@@ -60,9 +52,6 @@ pub struct LatencyEstimate {
     decode_published: [AtomicU64; 2],
     ttft_slope_published: AtomicU64,
     ttft_intercepts_published: [AtomicU64; COUNTS],
-    /// The decode model's recent relative error, `|predicted - measured| / measured`, as
-    /// `f64` bits: the margin a TPOT prediction keeps under the objective.
-    tpot_error_published: AtomicU64,
     models: Mutex<Models>,
 }
 
@@ -70,7 +59,6 @@ pub struct LatencyEstimate {
 struct Models {
     prefill: TtftByConcurrency,
     decode: DecayedLine,
-    tpot_error: f64,
 }
 
 impl Default for LatencyEstimate {
@@ -88,7 +76,6 @@ impl Default for LatencyEstimate {
                 DECODE_PRIOR_SPAN,
                 PRIOR_WEIGHT,
             ),
-            tpot_error: TPOT_ERROR_PRIOR,
         };
         let publish = |line: &DecayedLine| {
             let (a, b) = line.coefficients();
@@ -104,7 +91,6 @@ impl Default for LatencyEstimate {
                 .prefill
                 .intercepts()
                 .map(|intercept| AtomicU64::new(intercept.to_bits())),
-            tpot_error_published: AtomicU64::new(TPOT_ERROR_PRIOR.to_bits()),
             models: Mutex::new(models),
         }
     }
@@ -134,8 +120,6 @@ pub struct EstimateView {
     pub placements: u64,
     /// Samples each model has had: `(prefill, decode)`.
     pub samples: (u64, u64),
-    /// The TPOT prediction's recent relative error.
-    pub tpot_error: f64,
 }
 
 impl LatencyEstimate {
@@ -179,25 +163,10 @@ impl LatencyEstimate {
     }
 
     /// A stream that had `in_flight` streams on the replica (on average) decoded at `tpot`.
-    /// The line's error on it, before it learns from it, moves the TPOT margin.
     pub fn observe_decode(&self, in_flight: f64, tpot: Duration) {
-        let measured = tpot.as_secs_f64();
         let mut models = self.models.lock();
-        if measured > 0.0 && measured.is_finite() && in_flight.is_finite() {
-            let error = (models.decode.predict(in_flight) - measured).abs() / measured;
-            models.tpot_error =
-                TPOT_ERROR_DECAY * models.tpot_error + (1.0 - TPOT_ERROR_DECAY) * error.min(1.0);
-            let margin = models.tpot_error.max(TPOT_ERROR_FLOOR);
-            self.tpot_error_published.store(margin.to_bits(), Ordering::Relaxed);
-        }
-        models.decode.observe(in_flight, measured);
+        models.decode.observe(in_flight, tpot.as_secs_f64());
         publish(&self.decode_published, &models.decode);
-    }
-
-    /// The relative error a TPOT prediction is taken to have (recent, at least
-    /// [`TPOT_ERROR_FLOOR`]).
-    pub fn tpot_error(&self) -> f64 {
-        f64::from_bits(self.tpot_error_published.load(Ordering::Relaxed))
     }
 
     /// Samples each model has had: `(prefill, decode)`.
@@ -221,7 +190,6 @@ impl LatencyEstimate {
             pending_prefill_tokens: self.pending_prefill_tokens(),
             placements: self.placements(),
             samples: self.samples(),
-            tpot_error: self.tpot_error(),
         }
     }
 }

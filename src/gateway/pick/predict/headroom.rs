@@ -6,18 +6,9 @@
 //! others   = requests in flight on the replica (this one not included)
 //! ttft     = ttft_base[others] + prefill_slope * (pending_prefill_tokens + prompt_tokens)
 //! tpot     = decode_intercept  + decode_slope  * (others + 1)
-//! headroom = min(1 - ttft / (FIT_SHARE * slo.ttft),
-//!                1 - tpot * (1 + tpot_error) / slo.tpot) - failures
-//! fits     = headroom >= 0
+//! headroom = min(1 - ttft / slo.ttft, 1 - tpot / slo.tpot) - failures
+//! fits     = headroom >= 1 - FIT_SHARE      (both predictions within 90% of the SLO)
 //! ```
-//! A TTFT prediction must be within 90% of its objective (`FIT_SHARE`): first tokens are
-//! heavy-tailed (one more stream on an API process multiplies them), so a prediction is a
-//! mean well below its own tail. A TPOT prediction must be under its objective by its own
-//! recent relative error (`tpot_error`, 11% before any stream has decoded, never below 2%):
-//! a stream's TPOT is an average over its tokens and the decode line predicts it closely,
-//! so a replica whose TPOT sits steadily just under the objective (a slowed one, a smaller
-//! TP) still counts as meeting it and takes its share, instead of only the overflow when
-//! every other replica is full, in bursts that do push it over.
 //! Every candidate is judged. Among those that fit, the lowest `least_queue` score wins (the
 //! gateway's own in-flight counts, updated at each pick, so a scan does not herd the way
 //! lagged latency estimates alone would); if none fits, the widest headroom wins, i.e. the
@@ -46,7 +37,7 @@ use crate::gateway::pick::replica::Replica;
 /// One pick in this many goes to the stalest candidate, whatever the predictions say.
 pub const EXPLORE_EVERY: u64 = 32;
 
-/// Share of the TTFT objective a prediction must stay within to count as meeting it: a
+/// Share of each objective a prediction must stay within to count as meeting it: a
 /// prediction is a mean, and a mean right at the objective misses it half the time.
 pub const FIT_SHARE: f64 = 0.9;
 
@@ -83,15 +74,14 @@ pub fn headroom(replica: &Replica, request: &RequestShape) -> f64 {
     let estimate = &replica.latency;
     let predicted =
         estimate.predict(estimate.pending_prefill_tokens(), request.prompt_tokens, in_flight);
-    let ttft_margin = 1.0 - predicted.ttft / (FIT_SHARE * request.slo.ttft.as_secs_f64()).max(1e-6);
-    let tpot_with_error = predicted.tpot * (1.0 + estimate.tpot_error());
-    let tpot_margin = 1.0 - tpot_with_error / request.slo.tpot.as_secs_f64().max(1e-6);
+    let ttft_margin = 1.0 - predicted.ttft / request.slo.ttft.as_secs_f64().max(1e-6);
+    let tpot_margin = 1.0 - predicted.tpot / request.slo.tpot.as_secs_f64().max(1e-6);
     ttft_margin.min(tpot_margin) - replica.load.failures() as f64
 }
 
-/// Whether a headroom means both predictions meet the SLO with their margins.
+/// Whether a headroom means both predictions are within `FIT_SHARE` of the SLO.
 pub fn fits(headroom: f64) -> bool {
-    headroom >= 0.0
+    headroom >= 1.0 - FIT_SHARE
 }
 
 impl Policy for PredictedLatency {

@@ -178,8 +178,8 @@ fn with_slo(prompt_tokens: u64, ttft_ms: u64, tpot_ms: u64) -> RequestShape {
 #[test]
 fn a_replica_predicted_to_miss_the_slo_loses_to_one_predicted_to_meet_it_however_loaded() {
     let set = replicas(2);
-    // r0 decodes at 49.5 ms a token, r1 at 15 ms; both reach a first token in 100 ms.
-    train(&set[0], 30, 0, 1000, 0.1, 0.0495);
+    // r0 decodes at 47 ms a token, r1 at 15 ms; both reach a first token in 100 ms.
+    train(&set[0], 30, 0, 1000, 0.1, 0.047);
     train(&set[1], 30, 0, 1000, 0.1, 0.015);
     set[1].load.in_flight.store(6, Ordering::Relaxed);
     let policy = PredictedLatency::new(1).with_explore_every(0);
@@ -190,8 +190,7 @@ fn a_replica_predicted_to_miss_the_slo_loses_to_one_predicted_to_meet_it_however
         }
         counts
     };
-    // TPOT objective 50 ms: r0's 49.5 ms is within it, by less than the 2% margin a TPOT
-    // prediction always keeps.
+    // TPOT objective 50 ms: r0's 47 ms is within it but not within 90% of it.
     assert_eq!(picks(with_slo(1000, 1000, 50)), [0, 100]);
     // An objective both meet: the emptier replica takes every request.
     assert_eq!(picks(with_slo(1000, 1000, 200)), [100, 0]);
@@ -210,16 +209,16 @@ fn ttft_is_learned_by_requests_in_flight_and_overflow_goes_to_the_slow_replica()
             train(replica, 6, others, 1000, ttft, 0.015);
         }
     }
-    // r0 decodes at 49.5 ms a token (just over the 49 ms objective below) and its first
-    // token holds at 150 ms.
+    // r0 decodes at 47 ms a token (within a 50 ms objective, not within 90% of it) and its
+    // first token holds at 150 ms.
     for others in 0..8 {
-        train(&set[0], 6, others, 1000, 0.15, 0.0495);
+        train(&set[0], 6, others, 1000, 0.15, 0.047);
     }
     let predicted = |replica: &Replica, in_flight| replica.latency.predict(0, 1000, in_flight).ttft;
     assert!((predicted(&set[1], 3) - 0.1).abs() < 0.03, "{}", predicted(&set[1], 3));
     assert!(predicted(&set[1], 6) > 0.6, "{}", predicted(&set[1], 6));
     let policy = PredictedLatency::new(2).with_explore_every(0);
-    let request = with_slo(1000, 500, 49);
+    let request = with_slo(1000, 500, 50);
     let pick = |loads: [u64; 3]| {
         for (replica, load) in set.iter().zip(loads) {
             replica.load.in_flight.store(load, Ordering::Relaxed);
@@ -230,31 +229,6 @@ fn ttft_is_learned_by_requests_in_flight_and_overflow_goes_to_the_slow_replica()
     // emptier: it is predicted to miss.
     assert_eq!(pick([0, 3, 2]), 2);
     assert_eq!(pick([0, 2, 3]), 1);
-    // Every healthy replica is past its knee: the slow one, the smallest predicted miss,
-    // takes it.
+    // Every healthy replica is past its knee: the slow one, still within the SLO, takes it.
     assert_eq!(pick([2, 5, 4]), 0);
-}
-
-#[test]
-fn a_tpot_margin_follows_the_predictions_error() {
-    let set = replicas(2);
-    // Both decode at 46 ms a token on average: r0 steadily, r1 alternating 36 and 56 ms.
-    train(&set[0], 40, 0, 1000, 0.1, 0.046);
-    for n in 0..40 {
-        train(&set[1], 1, 0, 1000, 0.1, if n % 2 == 0 { 0.036 } else { 0.056 });
-    }
-    let (steady, noisy) = (set[0].latency.tpot_error(), set[1].latency.tpot_error());
-    assert!(steady < 0.03, "{steady}");
-    assert!(noisy > 0.15, "{noisy}");
-    let policy = PredictedLatency::new(3).with_explore_every(0);
-    // A 50 ms objective: r0's steady 46 ms meets it (it would not within 90% of it), r1's
-    // noisy 46 ms does not, though r1 is the emptier.
-    set[0].load.in_flight.store(3, Ordering::Relaxed);
-    let picks: Vec<usize> = (0..20)
-        .map(|_| policy.pick_for(&set, &context(), &with_slo(1000, 1000, 50)).unwrap())
-        .collect();
-    assert!(picks.iter().all(|&p| p == 0), "{picks:?}");
-    // Before any stream has decoded, a TPOT prediction keeps the 10% margin of old.
-    let fresh = replicas(1).remove(0);
-    assert!((fresh.latency.tpot_error() - 1.0 / 9.0).abs() < 1e-12);
 }
