@@ -10,7 +10,8 @@
 #
 # The fleet runs at ROUTING_SPEED (2); goodput counts requests with TTFT <= 1 s and
 # TPOT <= 50 ms in simulated time, i.e. 500 ms and 25 ms on the wall clock at speed 2,
-# and laneway's entries are given that SLO.
+# and laneway's entries are given that SLO. ROUTING_BASELINE=BINARY adds that build's
+# predicted_latency as one more target (a before/after in the same run).
 
 ROUTING_SPEED="${ROUTING_SPEED:-2}"
 ROUTING_RATES="${ROUTING_RATES:-4 6}"
@@ -50,9 +51,10 @@ slow_replica() {
         -d "{\"mode\":\"slow\",\"factor\":$2}" >/dev/null
 }
 
-# start_laneway_fleet NAME POLICY: laneway in front of FLEET with the bench SLO.
+# start_laneway_fleet NAME POLICY [BINARY]: laneway (the tree's build, or BINARY) in front
+# of FLEET with the bench SLO.
 start_laneway_fleet() {
-    local name="$1" policy="$2" port admin config index=0 url ttft tpot
+    local name="$1" policy="$2" binary="${3:-$LANEWAY}" port admin config index=0 url ttft tpot
     port="$(free_port)"
     admin="$(free_port)"
     config="$WORK/$name.toml"
@@ -75,7 +77,7 @@ start_laneway_fleet() {
             index=$((index + 1))
         done
     } >"$config"
-    "${PIN_PROXY[@]}" "$LANEWAY" serve --config "$config" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+    "${PIN_PROXY[@]}" "$binary" serve --config "$config" >"$WORK/$name.out" 2>"$WORK/$name.err" &
     PIDS+=($!)
     register_target "$name" "http://127.0.0.1:$port" "http://127.0.0.1:$admin/health" 30 "$WORK/$name.err"
 }
@@ -84,6 +86,9 @@ start_routing_peers() {
     TARGETS=()
     start_laneway_fleet laneway-predicted predicted_latency
     start_laneway_fleet laneway-least-queue least_queue
+    # ROUTING_BASELINE=BINARY: that build's predicted_latency too, for a before/after.
+    [[ -n "${ROUTING_BASELINE:-}" ]] &&
+        start_laneway_fleet laneway-predicted-baseline predicted_latency "$ROUTING_BASELINE"
     start_haproxy_on haproxy-lc-close-nd leastconn close nodelay "${FLEET[@]}"
     start_haproxy_on haproxy-rr-nd roundrobin keepalive nodelay "${FLEET[@]}"
     start_router_on sglang power_of_two "${FLEET[@]}"
