@@ -21,11 +21,6 @@ impl Draws {
         z ^ (z >> 31)
     }
 
-    /// Uniform in `[0, 1)`.
-    pub fn unit(&self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
     /// Uniform in `0..n` (`n` > 0).
     pub fn below(&self, n: usize) -> usize {
         (self.next() % n as u64) as usize
