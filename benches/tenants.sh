@@ -2,7 +2,8 @@
 # Fairness between tenants and priority bands, measured through laneway's admission queue.
 # One simulated h20-tp8 replica (clock speed 2, API_WORKERS API processes, default 4) behind a
 # gateway that admits PER_REPLICA requests to it at once (default 4); the rest wait in the
-# gateway's fair queue (64 places, 2 s). Two `laneway bench`
+# gateway's fair queue (64 places, 2 s). A tenant under its fair share may take TENANT_BURST
+# places past a full replica's limit (`admission.tenant_burst`; unset: the gateway's default). Two `laneway bench`
 # processes send at the same time, open loop (Poisson), 1000/64 streamed requests:
 #   capacity  closed loop through the gateway, 16 clients: C requests/s
 #   light     the light key alone at 3C/11 (its unloaded TTFT)
@@ -24,6 +25,7 @@ SECONDS_PER_RUN="${2:-45}"
 LANEWAY="${LANEWAY:-$ROOT/target/release/laneway}"
 API_WORKERS="${API_WORKERS:-4}"
 PER_REPLICA="${PER_REPLICA:-4}"
+TENANT_BURST="${TENANT_BURST:-}"
 WORK="$(mktemp -d /tmp/laneway-tenants.XXXXXX)"
 source "$ROOT/benches/peers/background.sh"
 source "$ROOT/benches/peers/listening.sh"
@@ -41,6 +43,7 @@ for kind in tenants plain; do
         echo "max_in_flight_per_replica = $PER_REPLICA"
         echo "queue_size = 64"
         echo "queue_timeout_ms = 2000"
+        [[ -z "$TENANT_BURST" ]] || echo "tenant_burst = $TENANT_BURST"
         echo "[[replicas]]"
         echo "name = \"sim-0\""
         echo "url = \"$SIM\""
@@ -55,6 +58,7 @@ for kind in tenants plain; do
     PIDS+=($!)
 done
 TENANTS="$(listening_url "$WORK/gateway-tenants.out")"
+TENANTS_ADMIN="$(grep -o 'admin (metrics, health) on http://[0-9.:]*' "$WORK/gateway-tenants.out" | grep -o 'http://.*')"
 PLAIN="$(listening_url "$WORK/gateway-plain.out")"
 
 # run NAME TARGET RATE SEED [HEADER...]: one open-loop bench process.
@@ -76,7 +80,7 @@ xz -9 -c "$WORK/capacity.json" >"$OUT/capacity.json.xz"
 CAPACITY="$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["targets"][0]["summary"]; print(s["qpm"]/60)' "$WORK/capacity.json")"
 rate() { python3 -c "print(round($CAPACITY * $1, 2))"; }
 LIGHT="$(rate 3/11)"; HEAVY="$(rate 30/11)"; HIGH="$(rate 1/3)"; FLOOD="$(rate 3)"
-echo "api workers $API_WORKERS, per replica $PER_REPLICA, capacity $CAPACITY req/s: light $LIGHT, heavy $HEAVY, high $HIGH, flood $FLOOD" | tee "$OUT/rates.txt"
+echo "api workers $API_WORKERS, per replica $PER_REPLICA, tenant burst ${TENANT_BURST:-default}, capacity $CAPACITY req/s: light $LIGHT, heavy $HEAVY, high $HIGH, flood $FLOOD" | tee "$OUT/rates.txt"
 
 # beside LOAD_ARGS... -- MEASURED_ARGS...: `run` MEASURED while LOAD runs beside it.
 beside() {
@@ -89,9 +93,17 @@ beside() {
     wait "$pid"
 }
 
+# admission_snapshot NAME: the tenants gateway's admission waits and bursts so far.
+admission_snapshot() {
+    curl -s "$TENANTS_ADMIN/metrics" | grep -E '^laneway_admission_(wait_seconds|bursts_total)' \
+        >"$OUT/admission-$1.txt"
+}
+
 run light-alone "$TENANTS" "$LIGHT" 1 "authorization: Bearer sk-light"
+admission_snapshot before-fair
 beside fair-heavy "$TENANTS" "$HEAVY" 2 "authorization: Bearer sk-heavy" \
     -- fair-light "$TENANTS" "$LIGHT" 1 "authorization: Bearer sk-light"
+admission_snapshot after-fair
 beside fifo-heavy "$PLAIN" "$HEAVY" 2 -- fifo-light "$PLAIN" "$LIGHT" 1
 run high-alone "$PLAIN" "$HIGH" 3 "x-laneway-priority: 8"
 beside priority-flood "$PLAIN" "$FLOOD" 4 "x-laneway-priority: 1" \

@@ -1,9 +1,12 @@
 """The table of benches/tenants.sh: for each run, requests, successes, 429s, TTFT p50/p95 and
-goodput (TTFT <= 1 s, TPOT <= 50 ms), read from the runs' bench JSON (xz) in OUT_DIR."""
+goodput (TTFT <= 1 s, TPOT <= 50 ms), read from the runs' bench JSON (xz) in OUT_DIR; then,
+from the gateway's /metrics before and after the `fair` run, how long each tenant waited
+for a place in it and how many requests burst past the replica's limit."""
 
 import json
 import lzma
 import pathlib
+import re
 import sys
 
 RUNS = [
@@ -37,6 +40,43 @@ def main(out):
             f"| {summary['ttft']['p50_ms']:.1f} | {summary['ttft']['p95_ms']:.1f} "
             f"| {summary['goodput_rps'] or 0:.2f} |"
         )
+    print_admission(out)
+
+
+def scrape(path):
+    """Samples of a Prometheus text file: {(name, labels): value}."""
+    samples = {}
+    for line in path.read_text().splitlines():
+        found = re.match(r"(\w+)(\{.*\})? (\S+)$", line)
+        if found:
+            samples[(found.group(1), found.group(2) or "")] = float(found.group(3))
+    return samples
+
+
+def print_admission(out):
+    before, after = out / "admission-before-fair.txt", out / "admission-after-fair.txt"
+    if not (before.exists() and after.exists()):
+        return
+    first, last = scrape(before), scrape(after)
+    during = {key: value - first.get(key, 0.0) for key, value in last.items()}
+    bursts = during.get(("laneway_admission_bursts_total", ""), 0.0)
+    print()
+    print(f"During `fair`: {bursts:.0f} admissions past the replica's limit (tenant_burst).")
+    print()
+    print("| tenant | admitted | waited <= 1 ms | <= 10 ms | <= 100 ms | <= 1 s | mean wait (ms) |")
+    print("|---|---|---|---|---|---|---|")
+    for tenant in ("light", "heavy"):
+        label = f'tenant="{tenant}"'
+        count = during.get(("laneway_admission_wait_seconds_count", "{" + label + "}"), 0.0)
+        total = during.get(("laneway_admission_wait_seconds_sum", "{" + label + "}"), 0.0)
+        if not count:
+            continue
+        within = [
+            during.get(("laneway_admission_wait_seconds_bucket", "{" + label + f',le="{le}"' + "}"), 0.0)
+            for le in ("0.001", "0.01", "0.1", "1")
+        ]
+        shares = " | ".join(f"{n / count:.0%}" for n in within)
+        print(f"| {tenant} | {count:.0f} | {shares} | {1000 * total / count:.1f} |")
 
 
 if __name__ == "__main__":

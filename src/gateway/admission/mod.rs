@@ -3,28 +3,52 @@
 //! saturated it waits in a bounded first-come-first-served queue ([`queue`]) up to a
 //! deadline, then gets 429 with a `Retry-After` from the observed drain rate. Memory stays
 //! bounded whatever the offered load: at most `max_in_flight` admitted plus `queue_size`
-//! waiting; anything past that is refused at once. The debug entry has its own per-replica
-//! limit and does not wait here.
+//! waiting; anything past that is refused at once. Between tenants, the queue is served in
+//! fair order, and a tenant under its fair share may burst a little past a full replica's
+//! limit ([`shares`]). The debug entry has its own per-replica limit and does not wait here.
 
 mod drain_rate;
 pub mod fair_order;
 mod held;
 mod queue;
+mod shares;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 
+use crate::gateway::clock;
 use crate::gateway::config::Flow;
 use drain_rate::DrainRate;
 pub use held::HeldBody;
 use queue::WaitQueue;
+use shares::{FlowKey, FlowShares};
 
 use crate::gateway::config::reliability::AdmissionConfig;
+use crate::gateway::config::reliability::NO_REPLICA_LIMIT;
 use crate::gateway::error::GatewayError;
 use crate::gateway::health::ReliabilityMetrics;
 use crate::gateway::pick::{InFlightGuard, Replica};
+
+/// Where a request may go: the replica to place it on, among those with fewer than `limit`
+/// in flight, and which replicas those are.
+pub trait Placement: Sync {
+    fn pick(&self, limit: u64) -> Option<Arc<Replica>>;
+
+    /// Which replicas the request may use, as a number: requests of equal scopes compete
+    /// for the same places (0: every replica).
+    fn scope(&self) -> u64 {
+        0
+    }
+}
+
+impl<F: Fn(u64) -> Option<Arc<Replica>> + Sync> Placement for F {
+    fn pick(&self, limit: u64) -> Option<Arc<Replica>> {
+        self(limit)
+    }
+}
 
 /// The global limit and the wait queue, shared by every request (and kept across reloads).
 pub struct Admission {
@@ -37,6 +61,8 @@ pub struct Admission {
     drained: DrainRate,
     /// Signalled when the last admitted request ends (shutdown waits on it).
     idle: tokio::sync::Notify,
+    /// Each tenant's recent admissions, for the bursts of those under their share.
+    shares: FlowShares,
     metrics: Arc<ReliabilityMetrics>,
 }
 
@@ -53,6 +79,7 @@ enum Try {
 #[derive(Debug)]
 pub struct AdmissionPermit {
     admission: Arc<Admission>,
+    flow: FlowKey,
 }
 
 impl std::fmt::Debug for Admission {
@@ -70,6 +97,7 @@ impl Admission {
             waiting_peak: AtomicUsize::new(0),
             drained: DrainRate::default(),
             idle: tokio::sync::Notify::new(),
+            shares: FlowShares::default(),
             metrics,
         }
     }
@@ -114,41 +142,66 @@ impl Admission {
         pick: &(dyn Fn(u64) -> Option<Arc<Replica>> + Sync),
         prompt_tokens: u64,
     ) -> Result<(InFlightGuard, AdmissionPermit), GatewayError> {
-        self.admit_as(pick, prompt_tokens, &Flow::default()).await
+        self.admit_as(&pick, prompt_tokens, &Flow::default()).await
     }
 
     /// [`Self::admit`] for a request of `flow`: when it waits, it waits in `flow`'s fair
-    /// place and may be shed for a higher band.
+    /// place and may be shed for a higher band; when its tenant is under its fair share of
+    /// `placement`'s scope, it may take a place past a full replica's limit.
     pub async fn admit_as(
         self: &Arc<Self>,
-        pick: &(dyn Fn(u64) -> Option<Arc<Replica>> + Sync),
+        placement: &dyn Placement,
         prompt_tokens: u64,
         flow: &Flow,
     ) -> Result<(InFlightGuard, AdmissionPermit), GatewayError> {
+        let limits = self.limits();
+        let window = fair_window(&limits);
+        let key = self.shares.arrived(placement.scope(), flow, clock::now_micros(), window);
+        let mut arrival = Arrival { shares: &self.shares, flow: &key, admitted: false };
+        let arrived_at = Instant::now();
+        let admitted = self.wait_for_place(placement, prompt_tokens, flow, &key, &limits).await;
+        if admitted.is_ok() {
+            let wait = self.metrics.admission_wait.with_label_values(&[&*flow.key]);
+            wait.observe(arrived_at.elapsed().as_secs_f64());
+            // From here the permit says when the request leaves.
+            arrival.admitted = true;
+        }
+        admitted
+    }
+
+    async fn wait_for_place(
+        self: &Arc<Self>,
+        placement: &dyn Placement,
+        prompt_tokens: u64,
+        flow: &Flow,
+        key: &FlowKey,
+        limits: &AdmissionConfig,
+    ) -> Result<(InFlightGuard, AdmissionPermit), GatewayError> {
         if self.queue.is_empty()
-            && let Try::Admitted(guard, permit) = self.try_admit(pick, prompt_tokens)?
+            && let Try::Admitted(guard, permit) = self.try_admit(placement, prompt_tokens, key)?
         {
             return Ok((guard, permit));
         }
-        let limits = self.limits();
         let _length = QueueLengthGauge(self);
         let Some(ticket) = self.queue.join_as(limits.queue_size, flow) else {
             self.metrics.admission_rejected.with_label_values(&["queue_full"]).inc();
-            return Err(self.overloaded(&limits));
+            return Err(self.overloaded(limits));
         };
         let queued = self.queue.len();
         self.waiting_peak.fetch_max(queued, Ordering::AcqRel);
         self.metrics.admission_queue_length.set(queued as i64);
         let deadline = tokio::time::Instant::now() + limits.queue_timeout;
         // At the front, a place freed before this request joined would wake nobody: try once.
-        let mut woken = ticket.is_front();
+        // So does a tenant under its share, which may burst past the replicas' limit.
+        let under_share = || self.shares.under_share(key, clock::now_micros(), fair_window(limits));
+        let mut woken = ticket.is_front() || (limits.tenant_burst > 0 && under_share());
         loop {
             if ticket.was_shed() {
                 self.metrics.admission_rejected.with_label_values(&["shed"]).inc();
-                return Err(self.overloaded(&limits));
+                return Err(self.overloaded(limits));
             }
             if woken {
-                match self.try_admit(pick, prompt_tokens)? {
+                match self.try_admit(placement, prompt_tokens, key)? {
                     Try::Admitted(guard, permit) => return Ok((guard, permit)),
                     Try::Full => {}
                     Try::NoRoomHere => ticket.pass_on(),
@@ -156,7 +209,7 @@ impl Admission {
             }
             if tokio::time::timeout_at(deadline, ticket.woken()).await.is_err() {
                 self.metrics.admission_rejected.with_label_values(&["queue_timeout"]).inc();
-                return Err(self.overloaded(&limits));
+                return Err(self.overloaded(limits));
             }
             woken = true;
         }
@@ -164,8 +217,9 @@ impl Admission {
 
     fn try_admit(
         self: &Arc<Self>,
-        pick: &(dyn Fn(u64) -> Option<Arc<Replica>> + Sync),
+        placement: &dyn Placement,
         prompt_tokens: u64,
+        key: &FlowKey,
     ) -> Result<Try, GatewayError> {
         let limits = self.limits();
         // Sequentially consistent with the queue's length: see `WaitQueue::wake_front`.
@@ -176,19 +230,52 @@ impl Admission {
             return Ok(Try::Full);
         }
         let per_replica = limits.max_in_flight_per_replica;
-        // A few tries: another request may fill the picked replica between pick and count.
-        for _ in 0..4 {
-            let Some(replica) = pick(per_replica) else { break };
-            if let Some(guard) = InFlightGuard::try_acquire(replica, prompt_tokens, per_replica) {
-                self.metrics.admission_in_flight.set(self.in_flight() as i64);
-                return Ok(Try::Admitted(guard, AdmissionPermit { admission: self.clone() }));
+        let (now, window) = (clock::now_micros(), fair_window(&limits));
+        let mut placed = self.place(placement, prompt_tokens, per_replica, 4);
+        if placed.is_none()
+            && limits.tenant_burst > 0
+            && per_replica != NO_REPLICA_LIMIT
+            && self.shares.under_share(key, now, window)
+        {
+            let limit = per_replica.saturating_add(limits.tenant_burst);
+            placed = self.place(placement, prompt_tokens, limit, 2);
+            if placed.is_some() {
+                self.metrics.admission_bursts.inc();
             }
+        }
+        if let Some(guard) = placed {
+            self.metrics.admission_in_flight.set(self.in_flight() as i64);
+            self.shares.admitted(key, now, window);
+            let permit = AdmissionPermit { admission: self.clone(), flow: key.clone() };
+            return Ok(Try::Admitted(guard, permit));
         }
         // Given back without waking anyone: the front waiter would fail the same way.
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
         // None could take it even without limits (none configured, or all drained): waiting
         // cannot help.
-        if pick(u64::MAX).is_none() { Err(GatewayError::NoReplica) } else { Ok(Try::NoRoomHere) }
+        if placement.pick(u64::MAX).is_none() {
+            Err(GatewayError::NoReplica)
+        } else {
+            Ok(Try::NoRoomHere)
+        }
+    }
+
+    /// A replica's place under `limit`, in a few `tries`: another request may fill the
+    /// picked replica between the pick and the count.
+    fn place(
+        &self,
+        placement: &dyn Placement,
+        prompt_tokens: u64,
+        limit: u64,
+        tries: usize,
+    ) -> Option<InFlightGuard> {
+        for _ in 0..tries {
+            let replica = placement.pick(limit)?;
+            if let Some(guard) = InFlightGuard::try_acquire(replica, prompt_tokens, limit) {
+                return Some(guard);
+            }
+        }
+        None
     }
 
     /// Wakes the front waiter: a replica's place was freed (its own limit) or the set
@@ -206,9 +293,32 @@ impl Admission {
     }
 }
 
+/// How long a tenant counts as active after its last request, and the time constant of its
+/// recent admissions, in microseconds.
+fn fair_window(limits: &AdmissionConfig) -> u64 {
+    limits.fair_window.as_micros() as u64
+}
+
+/// A request between its arrival and its admission: if it never gets a place (refused, shed,
+/// timed out, or its client gone), dropping this says it left.
+struct Arrival<'a> {
+    shares: &'a FlowShares,
+    flow: &'a FlowKey,
+    admitted: bool,
+}
+
+impl Drop for Arrival<'_> {
+    fn drop(&mut self) {
+        if !self.admitted {
+            self.shares.left(self.flow, clock::now_micros());
+        }
+    }
+}
+
 impl Drop for AdmissionPermit {
     fn drop(&mut self) {
         let admission = &self.admission;
+        admission.shares.left(&self.flow, clock::now_micros());
         let left = admission.in_flight.fetch_sub(1, Ordering::SeqCst) - 1;
         admission.metrics.admission_in_flight.set(left as i64);
         admission.drained.record();

@@ -4,6 +4,7 @@ use super::*;
 use crate::gateway::config::Flow;
 use crate::gateway::config::{GatewayConfig, ReplicaConfig};
 use crate::gateway::pick::Picker;
+use crate::gateway::pick::Replica;
 
 fn setup(max_in_flight: u64, per_replica: u64, queue_size: usize) -> (Arc<Admission>, Picker) {
     let replicas = vec![ReplicaConfig {
@@ -19,6 +20,8 @@ fn setup(max_in_flight: u64, per_replica: u64, queue_size: usize) -> (Arc<Admiss
         max_in_flight_per_replica: per_replica,
         queue_size,
         queue_timeout: Duration::from_millis(50),
+        fair_window: Duration::from_secs(10),
+        tenant_burst: 1,
     };
     let metrics = Arc::new(ReliabilityMetrics::new(&prometheus::Registry::new()));
     (Arc::new(Admission::new(limits, metrics)), Picker::new(&config))
@@ -114,6 +117,8 @@ fn fair_setup(queue_size: usize) -> (Arc<Admission>, Arc<Picker>) {
         max_in_flight_per_replica: 10,
         queue_size,
         queue_timeout: Duration::from_secs(30),
+        fair_window: Duration::from_secs(10),
+        tenant_burst: 1,
     });
     (admission, Arc::new(picker))
 }
@@ -219,4 +224,75 @@ async fn idle_resolves_when_the_last_request_and_its_replica_place_end_and_not_b
 /// Polls once: whether the future has resolved.
 fn ready<F: std::future::Future>(future: std::pin::Pin<&mut F>) -> bool {
     futures_util::FutureExt::now_or_never(future).is_some()
+}
+
+/// Every replica of a picker, in one scope.
+struct Everywhere<'a>(&'a Picker);
+
+impl Placement for Everywhere<'_> {
+    fn pick(&self, limit: u64) -> Option<Arc<Replica>> {
+        self.0.pick_within(None, limit)
+    }
+}
+
+/// Four places on one replica, one burst place, waits long enough for a test.
+fn burst_setup(queue_size: usize) -> (Arc<Admission>, Picker) {
+    let (admission, picker) = setup(100, 4, queue_size);
+    admission.configure(AdmissionConfig {
+        max_in_flight: 100,
+        max_in_flight_per_replica: 4,
+        queue_size,
+        queue_timeout: Duration::from_secs(30),
+        fair_window: Duration::from_secs(3600),
+        tenant_burst: 1,
+    });
+    (admission, picker)
+}
+
+#[tokio::test]
+async fn a_tenant_under_its_share_bursts_past_a_full_replica_and_the_heavy_one_pays_it_back() {
+    let (admission, picker) = burst_setup(16);
+    let picker = Arc::new(picker);
+    let (heavy, light) = (flow("heavy", 4), flow("light", 4));
+    let everywhere = Everywhere(&picker);
+    // The light tenant came once; the heavy one fills the replica.
+    drop(admission.admit_as(&everywhere, 0, &light).await.unwrap());
+    let mut running = Vec::new();
+    for _ in 0..4 {
+        running.push(admission.admit_as(&everywhere, 0, &heavy).await.unwrap());
+    }
+    // The heavy tenant, over its share, waits for room.
+    let waiter = {
+        let (admission, picker, heavy) = (admission.clone(), picker.clone(), heavy.clone());
+        tokio::spawn(async move { admission.admit_as(&Everywhere(&picker), 0, &heavy).await })
+    };
+    until_waiting(&admission, 1).await;
+    // The light tenant takes a fifth place at once, past the heavy tenant's waiter.
+    let light_admitted = admission.admit_as(&everywhere, 0, &light);
+    let light_admitted = futures_util::FutureExt::now_or_never(light_admitted);
+    assert!(matches!(light_admitted, Some(Ok(_))), "{light_admitted:?}");
+    assert_eq!((admission.in_flight(), admission.metrics.admission_bursts.get()), (5, 1));
+    // A heavy stream ends: the replica is back at its limit, nobody is admitted.
+    running.pop();
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!((admission.in_flight(), admission.waiting()), (4, 1));
+    // Another one ends: the waiter takes its place.
+    running.pop();
+    let _admitted = waiter.await.unwrap().unwrap();
+    assert_eq!((admission.in_flight(), admission.waiting()), (4, 0));
+}
+
+#[tokio::test]
+async fn one_flow_alone_never_bursts() {
+    let (admission, picker) = burst_setup(0);
+    let (everywhere, anyone) = (Everywhere(&picker), Flow::default());
+    let mut running = Vec::new();
+    for _ in 0..4 {
+        running.push(admission.admit_as(&everywhere, 0, &anyone).await.unwrap());
+    }
+    let refused = admission.admit_as(&everywhere, 0, &anyone).await;
+    assert!(matches!(refused, Err(GatewayError::Overloaded { .. })), "{refused:?}");
+    assert_eq!(admission.metrics.admission_bursts.get(), 0);
 }

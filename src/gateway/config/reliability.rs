@@ -51,6 +51,8 @@ pub struct RawAdmission {
     pub max_in_flight_per_replica: Option<i64>,
     pub queue_size: Option<i64>,
     pub queue_timeout_ms: Option<i64>,
+    pub fair_window_ms: Option<i64>,
+    pub tenant_burst: Option<i64>,
 }
 
 /// `[limits]`: what one client may send.
@@ -128,6 +130,12 @@ pub struct AdmissionConfig {
     pub queue_size: usize,
     /// Longest wait for room, then 429.
     pub queue_timeout: Duration,
+    /// How long a tenant counts as active after its last request; the time constant of its
+    /// recent admissions, which say whether it is under its fair share.
+    pub fair_window: Duration,
+    /// Places past `max_in_flight_per_replica` a tenant under its fair share may take on a
+    /// full replica (0: none).
+    pub tenant_burst: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -248,6 +256,8 @@ pub fn build(raw: RawReliability<'_>, ranges: &mut Ranges<'_>) -> ReliabilityCon
         ),
         queue_size: ranges.number("admission.queue_size", a.queue_size, 1024, 0, 1 << 20) as usize,
         queue_timeout: ranges.millis("admission.queue_timeout_ms", a.queue_timeout_ms, 5000),
+        fair_window: ranges.millis("admission.fair_window_ms", a.fair_window_ms, 10_000),
+        tenant_burst: ranges.number("admission.tenant_burst", a.tenant_burst, 1, 0, 1 << 20),
     };
     let l = raw.limits;
     let limits = LimitsConfig {
@@ -305,10 +315,13 @@ mod tests {
         assert_eq!(reliability.health.interval, Duration::from_millis(500));
         assert_eq!(reliability.health.unhealthy_threshold, 2);
         assert_eq!(reliability.admission.queue_size, 0);
+        assert_eq!(reliability.admission.tenant_burst, 1);
+        assert_eq!(reliability.admission.fair_window, Duration::from_secs(10));
         assert_eq!(reliability.retry.max_attempts, 3);
         let error = GatewayConfig::from_toml(
             "[health]\ninterval_ms = 0\nbase_ejection_ms = 9000\nmax_ejection_ms = 10\n\
-             [limits]\nmax_header_bytes = 100\n[retry]\nbudget_percent = 101\n",
+             [limits]\nmax_header_bytes = 100\n[retry]\nbudget_percent = 101\n\
+             [admission]\ntenant_burst = -1\nfair_window_ms = 0\n",
         )
         .unwrap_err();
         let mut paths: Vec<&str> = error.issues.iter().map(|i| i.path.as_str()).collect();
@@ -316,6 +329,8 @@ mod tests {
         assert_eq!(
             paths,
             [
+                "admission.fair_window_ms",
+                "admission.tenant_burst",
                 "health.interval_ms",
                 "health.max_ejection_ms",
                 "limits.max_header_bytes",

@@ -1,7 +1,9 @@
 //! The reliability metrics (health, ejections, retries, admission, stream failures,
 //! headroom), registered in the gateway's registry next to the request metrics.
 
-use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{
+    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
 
 pub struct ReliabilityMetrics {
     /// 1 in rotation, 0 out (ejected or failing its checks).
@@ -15,6 +17,10 @@ pub struct ReliabilityMetrics {
     pub admission_in_flight: IntGauge,
     /// 429s by reason (`queue_full`, `queue_timeout`).
     pub admission_rejected: IntCounterVec,
+    /// Admissions past a full replica's limit, for tenants under their fair share.
+    pub admission_bursts: IntCounter,
+    /// Arrival to admission, per tenant (empty: no tenant).
+    pub admission_wait: HistogramVec,
     /// Streams whose upstream failed after headers, by reason.
     pub stream_failures: IntCounterVec,
     pub n_minus_one_headroom: IntGauge,
@@ -71,6 +77,29 @@ impl ReliabilityMetrics {
                 "laneway_admission_rejected_total",
                 "Requests answered 429, by reason",
                 &["reason"],
+            ),
+            admission_bursts: register(
+                registry,
+                IntCounter::new(
+                    "laneway_admission_bursts_total",
+                    "Admissions past a full replica's limit, for tenants under their fair share (admission.tenant_burst)",
+                )
+                .expect("valid"),
+            ),
+            admission_wait: register(
+                registry,
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "laneway_admission_wait_seconds",
+                        "Time from arrival to admission (a place on a replica), per tenant",
+                    )
+                    .buckets(vec![
+                        0.000_1, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                        10.0,
+                    ]),
+                    &["tenant"],
+                )
+                .expect("valid"),
             ),
             stream_failures: counter(
                 "laneway_stream_failures_total",

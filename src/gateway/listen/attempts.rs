@@ -14,14 +14,14 @@ use hyper::body::Incoming;
 
 use super::dispatch::rebuild;
 use super::respond::{Placed, respond};
-use crate::gateway::admission::{AdmissionPermit, HeldBody};
+use crate::gateway::admission::{AdmissionPermit, HeldBody, Placement};
 use crate::gateway::body::{ProxyBody, boxed, full};
 use crate::gateway::context::RequestCtx;
 use crate::gateway::error::GatewayError;
 use crate::gateway::health::FailureReason;
 use crate::gateway::observe::OverheadPhase;
 use crate::gateway::pick::predict::LatencyProbe;
-use crate::gateway::pick::{InFlightGuard, PromptKey, PromptPick, Replica, RequestShape};
+use crate::gateway::pick::{InFlightGuard, Picker, PromptKey, PromptPick, Replica, RequestShape};
 use crate::gateway::state::GatewayState;
 use crate::gateway::state::variants::Variant;
 use crate::openai::InferenceRequest;
@@ -37,6 +37,26 @@ pub struct Forwarding<'a> {
     pub shape: RequestShape,
     /// The replicas serving the request's model (`None`: any).
     pub serving: Option<&'a [String]>,
+}
+
+/// Where one request may go: its variant's replicas serving its model.
+struct VariantPlacement<'a> {
+    variant: &'a Variant,
+    picker: &'a Picker,
+    serving: Option<&'a [String]>,
+    shape: &'a RequestShape,
+    prompt: Option<&'a PromptPick<'a>>,
+}
+
+impl Placement for VariantPlacement<'_> {
+    fn pick(&self, limit: u64) -> Option<Arc<Replica>> {
+        let (picker, serving) = (self.picker, self.serving);
+        self.variant.pick_for(picker, serving, None, limit, self.shape, self.prompt)
+    }
+
+    fn scope(&self) -> u64 {
+        self.variant.scope_for(self.serving)
+    }
 }
 
 /// A failed attempt that another replica may take over.
@@ -56,10 +76,14 @@ pub async fn forward(
     let prefix = &state.shared.prefix;
     let prompt =
         key.as_ref().map(|key| PromptPick { key, router: prefix, config: &state.config.prefix });
-    let (picker, serving, shape) = (&state.picker, request.serving, &request.shape);
-    let pick =
-        |limit| request.variant.pick_for(picker, serving, None, limit, shape, prompt.as_ref());
-    let (mut guard, permit) = admission.admit_as(&pick, ctx.prompt_tokens, &ctx.flow).await?;
+    let placement = VariantPlacement {
+        variant: request.variant,
+        picker: &state.picker,
+        serving: request.serving,
+        shape: &request.shape,
+        prompt: prompt.as_ref(),
+    };
+    let (mut guard, permit) = admission.admit_as(&placement, ctx.prompt_tokens, &ctx.flow).await?;
     let mut replica = guard.replica().clone();
     let mut prefix_feedback = key.as_ref().map(|key| prefix.place(&replica, key));
     let mut placement = LatencyProbe::begin(replica.clone(), ctx.prompt_tokens, Instant::now());

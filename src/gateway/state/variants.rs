@@ -2,7 +2,9 @@
 //! connector each) and the weight table that assigns requests to them. The table sits
 //! behind `ArcSwap`, so weights change under live traffic without a lock or a restart.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -52,15 +54,29 @@ impl Variant {
         prompt: Option<&PromptPick<'_>>,
     ) -> Option<Arc<Replica>> {
         let policy = self.policy.as_deref().unwrap_or(picker.policy());
+        let pool = self.pool_serving(serving);
+        picker.pick_request_in(policy, pool.as_deref(), exclude, limit, request, prompt)
+    }
+
+    /// A number naming the replicas [`Self::pick_for`] chooses from: equal for requests
+    /// that compete for the same places (0: every replica).
+    pub fn scope_for(&self, serving: Option<&[String]>) -> u64 {
+        self.pool_serving(serving).map_or(0, |pool| {
+            let mut hasher = std::hash::DefaultHasher::new();
+            pool.hash(&mut hasher);
+            hasher.finish() | 1
+        })
+    }
+
+    /// This variant's members that serve the request's model (`None`: every replica).
+    fn pool_serving(&self, serving: Option<&[String]>) -> Option<Cow<'_, [String]>> {
         let Some(serving) = serving else {
-            let pool = self.members.as_deref();
-            return picker.pick_request_in(policy, pool, exclude, limit, request, prompt);
+            return self.members.as_deref().map(Cow::Borrowed);
         };
-        let members: Vec<String> = match &self.members {
+        Some(match &self.members {
             Some(pool) => pool.iter().filter(|name| serving.contains(name)).cloned().collect(),
-            None => serving.to_vec(),
-        };
-        picker.pick_request_in(policy, Some(&members), exclude, limit, request, prompt)
+            None => Cow::Owned(serving.to_vec()),
+        })
     }
 
     /// Whether this variant's policy places requests by their prompt.

@@ -1,0 +1,227 @@
+//! Bursts for tenants under their fair share. The fair queue decides who goes next when a
+//! place frees, but a light tenant that finds every place taken by a heavy one still waits
+//! for a stream to end (a second or more on a busy replica). So a tenant whose recent
+//! admissions are under its fair share of its scope's (`weight / sum of active weights`,
+//! less a quarter of slack so that two tenants at their share do not take turns bursting)
+//! may take a few places beyond the per-replica limit (`admission.tenant_burst`). The
+//! tenants over their share pay them back: they are only admitted below the limit, so the
+//! replica returns to it as their streams end, and no place ever stands idle. A flow stays
+//! active for `window` after its last request arrived or ended, and its recent admissions
+//! decay with that time constant. Flows are counted per scope, the set of replicas a
+//! request may use (a model's replicas, a canary variant's pool): a tenant of another model
+//! does not make one here heavy. One flow alone (every request without a tenant) never
+//! bursts.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::gateway::config::Flow;
+
+/// The part of its fair share under which a tenant may burst.
+const SLACK: f64 = 0.75;
+
+/// Every flow's recent use, under one short lock (a few hash operations a request).
+#[derive(Debug, Default)]
+pub struct FlowShares {
+    flows: Mutex<HashMap<FlowKey, FlowUse>>,
+}
+
+/// A flow within a scope (see [`super::Placement::scope`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FlowKey {
+    pub scope: u64,
+    pub flow: Arc<str>,
+}
+
+#[derive(Debug, Default)]
+struct FlowUse {
+    weight: u32,
+    /// Waiting or in flight.
+    present: u64,
+    /// Admissions, decayed with the window as time constant, as of `recent_at`.
+    recent: f64,
+    recent_at: u64,
+    /// When a request of the flow last arrived or ended (`clock::now_micros`).
+    last_active: u64,
+}
+
+impl FlowUse {
+    fn active(&self, now: u64, window: u64) -> bool {
+        self.present > 0 || now.saturating_sub(self.last_active) < window
+    }
+
+    fn recent_at(&self, now: u64, window: u64) -> f64 {
+        let elapsed = now.saturating_sub(self.recent_at) as f64;
+        self.recent * (-elapsed / window.max(1) as f64).exp()
+    }
+}
+
+impl FlowShares {
+    /// A request of `flow` arrived in `scope` (it waits or is admitted next).
+    pub fn arrived(&self, scope: u64, flow: &Flow, now: u64, window: u64) -> FlowKey {
+        let key = FlowKey { scope, flow: flow.key.clone() };
+        let mut flows = self.flows.lock();
+        if !flows.contains_key(&key) {
+            // Forget flows gone quiet before adding one: the map holds active flows only.
+            flows.retain(|_, used| used.active(now, window));
+        }
+        let used = flows.entry(key.clone()).or_default();
+        used.weight = flow.weight.max(1);
+        used.present += 1;
+        used.last_active = now;
+        key
+    }
+
+    /// A request of the flow was admitted.
+    pub fn admitted(&self, key: &FlowKey, now: u64, window: u64) {
+        if let Some(used) = self.flows.lock().get_mut(key) {
+            used.recent = used.recent_at(now, window) + 1.0;
+            used.recent_at = now;
+        }
+    }
+
+    /// A request of the flow left: it ended, or gave up waiting.
+    pub fn left(&self, key: &FlowKey, now: u64) {
+        if let Some(used) = self.flows.lock().get_mut(key) {
+            used.present = used.present.saturating_sub(1);
+            used.last_active = now;
+        }
+    }
+
+    /// Whether the flow's recent admissions are under its fair share of its scope's, with
+    /// other flows active there: it may burst past the per-replica limit.
+    pub fn under_share(&self, key: &FlowKey, now: u64, window: u64) -> bool {
+        let flows = self.flows.lock();
+        if flows.len() < 2 {
+            return false;
+        }
+        let Some(own) = flows.get(key) else { return false };
+        let (mut weights, mut total, mut others) = (0u64, 0.0, false);
+        for (other, used) in flows.iter() {
+            if other.scope != key.scope || !used.active(now, window) {
+                continue;
+            }
+            others |= other.flow != key.flow;
+            weights += u64::from(used.weight);
+            total += used.recent_at(now, window);
+        }
+        let share = f64::from(own.weight) / weights.max(1) as f64;
+        others && own.recent_at(now, window) <= SLACK * share * total
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ten seconds, in microseconds.
+    const WINDOW: u64 = 10_000_000;
+
+    /// Flows of one scope, by name.
+    struct Scope<'a> {
+        shares: &'a FlowShares,
+        scope: u64,
+    }
+
+    impl Scope<'_> {
+        fn key(&self, name: &str) -> FlowKey {
+            FlowKey { scope: self.scope, flow: Arc::from(name) }
+        }
+
+        /// `n` requests of `name` (of `weight`) arrive at `now`, are admitted and end.
+        fn serve(&self, name: &str, weight: u32, n: u64, now: u64) {
+            for _ in 0..n {
+                let flow = Flow { key: Arc::from(name), weight, band: 4 };
+                let key = self.shares.arrived(self.scope, &flow, now, WINDOW);
+                self.shares.admitted(&key, now, WINDOW);
+                self.shares.left(&key, now);
+            }
+        }
+
+        fn under_share(&self, name: &str, now: u64) -> bool {
+            self.shares.under_share(&self.key(name), now, WINDOW)
+        }
+    }
+
+    fn scope(shares: &FlowShares, scope: u64) -> Scope<'_> {
+        Scope { shares, scope }
+    }
+
+    #[test]
+    fn one_flow_alone_never_bursts() {
+        let shares = FlowShares::default();
+        let fleet = scope(&shares, 0);
+        fleet.serve("", 1, 7, 1);
+        assert!(!fleet.under_share("", 1));
+    }
+
+    #[test]
+    fn a_light_flow_is_under_its_share_and_a_heavy_one_over() {
+        let shares = FlowShares::default();
+        let fleet = scope(&shares, 0);
+        fleet.serve("heavy", 1, 10, 1);
+        fleet.serve("light", 1, 3, 1);
+        // Light: 3 of 13 admissions, under 3/4 of half; heavy: 10, over.
+        assert!(fleet.under_share("light", 2));
+        assert!(!fleet.under_share("heavy", 2));
+        // Two flows near their equal shares: neither bursts.
+        fleet.serve("light", 1, 6, 2);
+        assert!(!fleet.under_share("light", 3) && !fleet.under_share("heavy", 3));
+    }
+
+    #[test]
+    fn weights_scale_the_share() {
+        let shares = FlowShares::default();
+        let fleet = scope(&shares, 0);
+        fleet.serve("big", 3, 10, 1);
+        fleet.serve("small", 1, 3, 1);
+        // Small: 3 of 13 is over 3/4 of its quarter (2.4); big: 10 is over 3/4 of 3/4 (7.3).
+        assert!(!fleet.under_share("small", 2));
+        assert!(!fleet.under_share("big", 2));
+        fleet.serve("big", 3, 20, 2);
+        assert!(fleet.under_share("small", 3));
+    }
+
+    #[test]
+    fn a_quiet_flow_stops_counting_and_is_forgotten() {
+        let shares = FlowShares::default();
+        let fleet = scope(&shares, 0);
+        fleet.serve("heavy", 1, 10, 1);
+        fleet.serve("light", 1, 1, 1);
+        assert!(fleet.under_share("light", 2));
+        // A window later, the heavy flow is inactive: the light one is alone.
+        let later = 1 + WINDOW;
+        assert!(!fleet.under_share("light", later));
+        // A newcomer's arrival drops inactive flows from the map.
+        fleet.serve("other", 1, 1, later + WINDOW);
+        assert_eq!(shares.flows.lock().len(), 1);
+    }
+
+    #[test]
+    fn recent_admissions_decay() {
+        let shares = FlowShares::default();
+        let fleet = scope(&shares, 0);
+        fleet.serve("once-heavy", 1, 30, 1);
+        fleet.serve("steady", 1, 3, 1);
+        assert!(fleet.under_share("steady", 1));
+        // Five windows on, both active again: the old burst weighs e^-5 of 30, about 0.2.
+        let later = 1 + 5 * WINDOW;
+        fleet.serve("once-heavy", 1, 1, later);
+        fleet.serve("steady", 1, 3, later);
+        assert!(!fleet.under_share("steady", later));
+        assert!(fleet.under_share("once-heavy", later));
+    }
+
+    #[test]
+    fn a_flow_of_another_scope_does_not_count_here() {
+        let shares = FlowShares::default();
+        let (model_a, model_b) = (scope(&shares, 1), scope(&shares, 2));
+        model_b.serve("heavy", 1, 30, 1);
+        model_a.serve("light", 1, 3, 1);
+        assert!(!model_a.under_share("light", 2), "alone in its scope");
+        model_a.serve("heavy", 1, 30, 2);
+        assert!(model_a.under_share("light", 2));
+    }
+}
