@@ -63,6 +63,8 @@ pub struct Admission {
     idle: tokio::sync::Notify,
     /// Each tenant's recent admissions, for the bursts of those under their share.
     shares: FlowShares,
+    /// The wait histogram of requests without a tenant, looked up once.
+    untenanted_wait: prometheus::Histogram,
     metrics: Arc<ReliabilityMetrics>,
 }
 
@@ -98,6 +100,7 @@ impl Admission {
             drained: DrainRate::default(),
             idle: tokio::sync::Notify::new(),
             shares: FlowShares::default(),
+            untenanted_wait: metrics.admission_wait.with_label_values(&[""]),
             metrics,
         }
     }
@@ -161,8 +164,12 @@ impl Admission {
         let arrived_at = Instant::now();
         let admitted = self.wait_for_place(placement, prompt_tokens, flow, &key, &limits).await;
         if admitted.is_ok() {
-            let wait = self.metrics.admission_wait.with_label_values(&[&*flow.key]);
-            wait.observe(arrived_at.elapsed().as_secs_f64());
+            let waited = arrived_at.elapsed().as_secs_f64();
+            if flow.key.is_empty() {
+                self.untenanted_wait.observe(waited);
+            } else {
+                self.metrics.admission_wait.with_label_values(&[&*flow.key]).observe(waited);
+            }
             // From here the permit says when the request leaves.
             arrival.admitted = true;
         }

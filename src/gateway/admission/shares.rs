@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 
@@ -22,10 +23,12 @@ use crate::gateway::config::Flow;
 /// The part of its fair share under which a tenant may burst.
 const SLACK: f64 = 0.75;
 
-/// Every flow's recent use, under one short lock (a few hash operations a request).
+/// Every flow's recent use, under one short lock (a few hash operations a request). Until
+/// a tenant's request arrives, nothing is counted: one flow alone never bursts.
 #[derive(Debug, Default)]
 pub struct FlowShares {
     flows: Mutex<HashMap<FlowKey, FlowUse>>,
+    tenants_seen: AtomicBool,
 }
 
 /// A flow within a scope (see [`super::Placement::scope`]).
@@ -62,6 +65,9 @@ impl FlowShares {
     /// A request of `flow` arrived in `scope` (it waits or is admitted next).
     pub fn arrived(&self, scope: u64, flow: &Flow, now: u64, window: u64) -> FlowKey {
         let key = FlowKey { scope, flow: flow.key.clone() };
+        if !self.counting(&flow.key) {
+            return key;
+        }
         let mut flows = self.flows.lock();
         if !flows.contains_key(&key) {
             // Forget flows gone quiet before adding one: the map holds active flows only.
@@ -74,8 +80,20 @@ impl FlowShares {
         key
     }
 
+    /// Whether requests are counted: some tenant's request has arrived (`key` may be the
+    /// first).
+    fn counting(&self, key: &str) -> bool {
+        if !key.is_empty() && !self.tenants_seen.load(Ordering::Relaxed) {
+            self.tenants_seen.store(true, Ordering::Relaxed);
+        }
+        self.tenants_seen.load(Ordering::Relaxed)
+    }
+
     /// A request of the flow was admitted.
     pub fn admitted(&self, key: &FlowKey, now: u64, window: u64) {
+        if !self.counting(&key.flow) {
+            return;
+        }
         if let Some(used) = self.flows.lock().get_mut(key) {
             used.recent = used.recent_at(now, window) + 1.0;
             used.recent_at = now;
@@ -84,6 +102,9 @@ impl FlowShares {
 
     /// A request of the flow left: it ended, or gave up waiting.
     pub fn left(&self, key: &FlowKey, now: u64) {
+        if !self.counting(&key.flow) {
+            return;
+        }
         if let Some(used) = self.flows.lock().get_mut(key) {
             used.present = used.present.saturating_sub(1);
             used.last_active = now;
@@ -93,6 +114,9 @@ impl FlowShares {
     /// Whether the flow's recent admissions are under its fair share of its scope's, with
     /// other flows active there: it may burst past the per-replica limit.
     pub fn under_share(&self, key: &FlowKey, now: u64, window: u64) -> bool {
+        if !self.counting(&key.flow) {
+            return false;
+        }
         let flows = self.flows.lock();
         if flows.len() < 2 {
             return false;
@@ -155,6 +179,10 @@ mod tests {
         let fleet = scope(&shares, 0);
         fleet.serve("", 1, 7, 1);
         assert!(!fleet.under_share("", 1));
+        assert!(shares.flows.lock().is_empty(), "nothing is counted before a tenant comes");
+        fleet.serve("a", 1, 1, 1);
+        fleet.serve("", 1, 7, 1);
+        assert_eq!(shares.flows.lock().len(), 2);
     }
 
     #[test]
