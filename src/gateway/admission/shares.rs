@@ -7,7 +7,9 @@
 //! tenants over their share pay them back: they are only admitted below the limit, so the
 //! replica returns to it as their streams end, and no place ever stands idle. A flow stays
 //! active for `window` after its last request arrived or ended, and its recent admissions
-//! decay with that time constant. Flows are counted per scope, the set of replicas a
+//! decay with that time constant. Only admissions made while another flow is active in the
+//! scope count: a tenant that had the replicas to itself has no debt when a heavy one
+//! comes, and the newcomer gets no head start. Flows are counted per scope, the set of replicas a
 //! request may use (a model's replicas, a canary variant's pool): a tenant of another model
 //! does not make one here heavy. One flow alone (every request without a tenant) never
 //! bursts.
@@ -89,13 +91,17 @@ impl FlowShares {
         self.tenants_seen.load(Ordering::Relaxed)
     }
 
-    /// A request of the flow was admitted.
+    /// A request of the flow was admitted: it counts if another flow is active in its scope.
     pub fn admitted(&self, key: &FlowKey, now: u64, window: u64) {
         if !self.counting(&key.flow) {
             return;
         }
-        if let Some(used) = self.flows.lock().get_mut(key) {
-            used.recent = used.recent_at(now, window) + 1.0;
+        let mut flows = self.flows.lock();
+        let contended = flows.iter().any(|(other, used)| {
+            other.scope == key.scope && other.flow != key.flow && used.active(now, window)
+        });
+        if let Some(used) = flows.get_mut(key) {
+            used.recent = used.recent_at(now, window) + f64::from(u8::from(contended));
             used.recent_at = now;
         }
     }
@@ -164,6 +170,16 @@ mod tests {
             }
         }
 
+        /// A request of each of `names` arrives and gives up: they are active, with nothing
+        /// admitted.
+        fn touch(&self, names: &[&str], now: u64) {
+            for name in names {
+                let flow = Flow { key: Arc::from(*name), weight: 1, band: 4 };
+                let key = self.shares.arrived(self.scope, &flow, now, WINDOW);
+                self.shares.left(&key, now);
+            }
+        }
+
         fn under_share(&self, name: &str, now: u64) -> bool {
             self.shares.under_share(&self.key(name), now, WINDOW)
         }
@@ -189,6 +205,7 @@ mod tests {
     fn a_light_flow_is_under_its_share_and_a_heavy_one_over() {
         let shares = FlowShares::default();
         let fleet = scope(&shares, 0);
+        fleet.touch(&["heavy", "light"], 1);
         fleet.serve("heavy", 1, 10, 1);
         fleet.serve("light", 1, 3, 1);
         // Light: 3 of 13 admissions, under 3/4 of half; heavy: 10, over.
@@ -203,6 +220,7 @@ mod tests {
     fn weights_scale_the_share() {
         let shares = FlowShares::default();
         let fleet = scope(&shares, 0);
+        fleet.touch(&["big", "small"], 1);
         fleet.serve("big", 3, 10, 1);
         fleet.serve("small", 1, 3, 1);
         // Small: 3 of 13 is over 3/4 of its quarter (2.4); big: 10 is over 3/4 of 3/4 (7.3).
@@ -216,6 +234,7 @@ mod tests {
     fn a_quiet_flow_stops_counting_and_is_forgotten() {
         let shares = FlowShares::default();
         let fleet = scope(&shares, 0);
+        fleet.touch(&["heavy", "light"], 1);
         fleet.serve("heavy", 1, 10, 1);
         fleet.serve("light", 1, 1, 1);
         assert!(fleet.under_share("light", 2));
@@ -231,6 +250,7 @@ mod tests {
     fn recent_admissions_decay() {
         let shares = FlowShares::default();
         let fleet = scope(&shares, 0);
+        fleet.touch(&["once-heavy", "steady"], 1);
         fleet.serve("once-heavy", 1, 30, 1);
         fleet.serve("steady", 1, 3, 1);
         assert!(fleet.under_share("steady", 1));
@@ -243,9 +263,25 @@ mod tests {
     }
 
     #[test]
+    fn a_tenant_that_was_alone_has_no_debt_when_a_heavy_one_comes() {
+        let shares = FlowShares::default();
+        let fleet = scope(&shares, 0);
+        // The light tenant alone for a while: its admissions do not count.
+        fleet.serve("light", 1, 20, 1);
+        // The heavy tenant comes and is admitted ten times to the light one's three.
+        fleet.touch(&["heavy"], 2);
+        fleet.serve("heavy", 1, 10, 2);
+        fleet.serve("light", 1, 3, 2);
+        assert!(fleet.under_share("light", 3));
+        assert!(!fleet.under_share("heavy", 3));
+    }
+
+    #[test]
     fn a_flow_of_another_scope_does_not_count_here() {
         let shares = FlowShares::default();
         let (model_a, model_b) = (scope(&shares, 1), scope(&shares, 2));
+        model_b.touch(&["heavy"], 1);
+        model_a.touch(&["light"], 1);
         model_b.serve("heavy", 1, 30, 1);
         model_a.serve("light", 1, 3, 1);
         assert!(!model_a.under_share("light", 2), "alone in its scope");
