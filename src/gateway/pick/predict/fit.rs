@@ -1,7 +1,12 @@
 //! A straight line `y = intercept + slope * x` fitted online by least squares in which
 //! every new sample discounts the old ones by a constant factor, anchored by a weak prior
-//! line so that it is defined from the first sample and stays defined when every sample
-//! has the same `x`.
+//! on the slope so that it is defined from the first sample and stays defined when every
+//! sample has the same `x`.
+//!
+//! The prior pulls on the slope only. Counted as two pseudo-samples on the prior line (an
+//! earlier form), it pulled on the level too: a replica measured well above the prior line
+//! at a few counts saw those pseudo-samples as points far below its own, which tilted the
+//! fitted slope down to its floor, so the line read the replica as barely slowing with load.
 
 /// Weight each older sample keeps when a new one arrives: the last ~10 samples count most,
 /// so a replica that slows down or recovers is followed within a few requests.
@@ -20,9 +25,11 @@ pub const MIN_SLOPE_SHARE: f64 = 0.25;
 #[derive(Debug, Clone, PartialEq)]
 pub struct DecayedLine {
     decay: f64,
-    /// The prior line, as two pseudo-samples of fixed weight at `prior_x`.
-    prior: [(f64, f64); 2],
-    prior_weight: f64,
+    prior_intercept: f64,
+    prior_slope: f64,
+    /// The prior's pull on the slope: as much as `prior_weight` samples at each end of its
+    /// span, in least-squares terms (weight x squared distance from the span's middle).
+    prior_spread: f64,
     /// The least slope the line keeps: a share of the prior's, because samples taken over
     /// a narrow, noisy range often show none, and a replica whose latency seems not to grow
     /// with its load would be sent every request.
@@ -33,15 +40,18 @@ pub struct DecayedLine {
 }
 
 impl DecayedLine {
-    /// A line that reads `intercept + slope * x` until samples say otherwise. The prior
-    /// weighs as much as `prior_weight` samples at each of `x_low` and `x_high` (the span
-    /// the slope is expected over); it never decays, so it only matters while the data are
-    /// few or say nothing about the slope.
+    /// A line that reads `intercept + slope * x` until samples say otherwise. The slope
+    /// prior weighs as much as `prior_weight` samples at each of `x_low` and `x_high` (the
+    /// span the slope is expected over) would; it never decays, so it only matters while
+    /// the data are few or say little about the slope. The level is the samples' own from
+    /// the first sample on.
     pub fn new(intercept: f64, slope: f64, (x_low, x_high): (f64, f64), prior_weight: f64) -> Self {
+        let half_span = (x_high - x_low) / 2.0;
         Self {
             decay: DEFAULT_DECAY,
-            prior: [(x_low, intercept + slope * x_low), (x_high, intercept + slope * x_high)],
-            prior_weight,
+            prior_intercept: intercept,
+            prior_slope: slope,
+            prior_spread: 2.0 * prior_weight * half_span * half_span,
             min_slope: slope * MIN_SLOPE_SHARE,
             sums: [0.0; 5],
             samples: 0,
@@ -78,24 +88,23 @@ impl DecayedLine {
     }
 
     /// `(intercept, slope)`: the intercept at least zero, the slope at least the floor
-    /// (latency never falls, and keeps growing, as work grows).
+    /// (latency never falls, and keeps growing, as work grows). The slope is the samples'
+    /// least-squares slope with the prior counted as one more group of samples of its own
+    /// level; the line passes through the samples' weighted mean.
     pub fn coefficients(&self) -> (f64, f64) {
-        let [mut n, mut sx, mut sy, mut sxx, mut sxy] = self.sums;
-        for (x, y) in self.prior {
-            n += self.prior_weight;
-            sx += self.prior_weight * x;
-            sy += self.prior_weight * y;
-            sxx += self.prior_weight * x * x;
-            sxy += self.prior_weight * x * y;
+        let [n, sx, sy, sxx, sxy] = self.sums;
+        if n <= f64::EPSILON {
+            return (self.prior_intercept, self.prior_slope.max(self.min_slope));
         }
-        let spread = n * sxx - sx * sx;
-        let fitted =
-            if spread > f64::EPSILON * n * sxx { (n * sxy - sx * sy) / spread } else { 0.0 };
+        let spread = self.prior_spread + (sxx - sx * sx / n).max(0.0);
+        let covariance = self.prior_spread * self.prior_slope + (sxy - sx * sy / n);
+        let fitted = if spread > f64::EPSILON { covariance / spread } else { self.prior_slope };
         let slope = fitted.max(self.min_slope);
         let intercept = (sy - slope * sx) / n;
         if intercept < 0.0 {
             // Through the origin instead: the best slope with no fixed cost.
-            return (0.0, (sxy / sxx).max(self.min_slope));
+            let through_origin = if sxx > f64::EPSILON { sxy / sxx } else { slope };
+            return (0.0, through_origin.max(self.min_slope));
         }
         (intercept, slope)
     }
@@ -147,6 +156,23 @@ mod tests {
         }
         assert!(close(line.predict(4.0), 0.045, 0.05), "{}", line.predict(4.0));
         assert!(line.predict(8.0) >= line.predict(4.0));
+    }
+
+    #[test]
+    fn a_replica_far_above_the_prior_level_keeps_the_prior_slope_where_its_samples_say_none() {
+        // The gateway's decode prior (15 ms + 0.5 ms a stream over 1..32 streams); the
+        // replica decodes at 52 ms with 7 or 8 streams, three times the prior's level there.
+        let mut line = DecayedLine::new(0.015, 5e-4, (1.0, 32.0), 0.05);
+        for n in 0..60 {
+            line.observe(f64::from(7 + n % 2), 0.052);
+        }
+        let (_, slope) = line.coefficients();
+        // The samples span one stream and are flat: they say almost nothing about the
+        // slope, so the prior's holds (a prior counted as points on its own, lower line
+        // dragged it to the floor, a quarter of the prior's).
+        assert!(slope > 0.8 * 5e-4, "{slope}");
+        assert!(close(line.predict(7.5), 0.052, 0.01), "{}", line.predict(7.5));
+        assert!(line.predict(24.0) > line.predict(7.5) + 0.8 * 5e-4 * 16.5);
     }
 
     #[test]
