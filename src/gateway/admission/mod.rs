@@ -4,8 +4,9 @@
 //! deadline, then gets 429 with a `Retry-After` from the observed drain rate. Memory stays
 //! bounded whatever the offered load: at most `max_in_flight` admitted plus `queue_size`
 //! waiting; anything past that is refused at once. Between tenants, the queue is served in
-//! fair order, and a tenant under its fair share may burst a little past a full replica's
-//! limit ([`shares`]). The debug entry has its own per-replica limit and does not wait here.
+//! fair order, and a tenant under its fair share, or a request of a higher band than one
+//! present, may burst a little past a full replica's limit ([`shares`]). The debug entry
+//! has its own per-replica limit and does not wait here.
 
 mod drain_rate;
 pub mod fair_order;
@@ -199,9 +200,10 @@ impl Admission {
         self.metrics.admission_queue_length.set(queued as i64);
         let deadline = tokio::time::Instant::now() + limits.queue_timeout;
         // At the front, a place freed before this request joined would wake nobody: try once.
-        // So does a tenant under its share, which may burst past the replicas' limit.
-        let under_share = || self.shares.under_share(key, clock::now_micros(), fair_window(limits));
-        let mut woken = ticket.is_front() || (limits.tenant_burst > 0 && under_share());
+        // So does a request that may burst past the replicas' limit (a tenant under its
+        // share, or a band above one present).
+        let may_burst = || self.shares.may_burst(key, clock::now_micros(), fair_window(limits));
+        let mut woken = ticket.is_front() || (limits.tenant_burst > 0 && may_burst());
         loop {
             if ticket.was_shed() {
                 self.metrics.admission_rejected.with_label_values(&["shed"]).inc();
@@ -242,7 +244,7 @@ impl Admission {
         if placed.is_none()
             && limits.tenant_burst > 0
             && per_replica != NO_REPLICA_LIMIT
-            && self.shares.under_share(key, now, window)
+            && self.shares.may_burst(key, now, window)
         {
             let limit = per_replica.saturating_add(limits.tenant_burst);
             placed = self.place(placement, prompt_tokens, limit, 2);

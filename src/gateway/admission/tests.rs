@@ -296,3 +296,35 @@ async fn one_flow_alone_never_bursts() {
     assert!(matches!(refused, Err(GatewayError::Overloaded { .. })), "{refused:?}");
     assert_eq!(admission.metrics.admission_bursts.get(), 0);
 }
+
+#[tokio::test]
+async fn a_higher_band_bursts_past_a_replica_full_of_a_lower_one_which_pays_it_back() {
+    let (admission, picker) = burst_setup(16);
+    let picker = Arc::new(picker);
+    // No tenants: a band 1 flood fills the replica and queues one more.
+    let (flood, high) = (flow("", 1), flow("", 8));
+    let everywhere = Everywhere(&picker);
+    let mut running = Vec::new();
+    for _ in 0..4 {
+        running.push(admission.admit_as(&everywhere, 0, &flood).await.unwrap());
+    }
+    let waiter = {
+        let (admission, picker, flood) = (admission.clone(), picker.clone(), flood.clone());
+        tokio::spawn(async move { admission.admit_as(&Everywhere(&picker), 0, &flood).await })
+    };
+    until_waiting(&admission, 1).await;
+    // Band 8 takes a fifth place at once: it does not wait for a band 1 stream to end.
+    let high_admitted = admission.admit_as(&everywhere, 0, &high);
+    let high_admitted = futures_util::FutureExt::now_or_never(high_admitted);
+    assert!(matches!(high_admitted, Some(Ok(_))), "{high_admitted:?}");
+    assert_eq!((admission.in_flight(), admission.metrics.admission_bursts.get()), (5, 1));
+    // A band 1 stream ends: the replica is back at its limit, the band 1 waiter still waits.
+    running.pop();
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!((admission.in_flight(), admission.waiting()), (4, 1));
+    running.pop();
+    let _admitted = waiter.await.unwrap().unwrap();
+    assert_eq!((admission.in_flight(), admission.waiting()), (4, 0));
+}

@@ -133,8 +133,8 @@ pub struct AdmissionConfig {
     /// How long a tenant counts as active after its last request; the time constant of its
     /// recent admissions, which say whether it is under its fair share.
     pub fair_window: Duration,
-    /// Places past `max_in_flight_per_replica` a tenant under its fair share may take on a
-    /// full replica (0: none).
+    /// Places past `max_in_flight_per_replica` a tenant under its fair share, or a request
+    /// of a higher band than one present, may take on a full replica (0: none).
     pub tenant_burst: u64,
 }
 

@@ -82,7 +82,7 @@ impl ReliabilityMetrics {
                 registry,
                 IntCounter::new(
                     "laneway_admission_bursts_total",
-                    "Admissions past a full replica's limit, for tenants under their fair share (admission.tenant_burst)",
+                    "Admissions past a full replica's limit, for tenants under their fair share or bands above one present (admission.tenant_burst)",
                 )
                 .expect("valid"),
             ),
