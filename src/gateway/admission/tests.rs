@@ -249,30 +249,31 @@ fn burst_setup(queue_size: usize) -> (Arc<Admission>, Picker) {
     (admission, picker)
 }
 
-#[tokio::test]
-async fn a_tenant_under_its_share_bursts_past_a_full_replica_and_the_heavy_one_pays_it_back() {
-    let (admission, picker) = burst_setup(16);
+/// `filler` fills the one replica of `burst_setup` and queues one more; `burster` must take
+/// a fifth place at once, past that waiter, and `filler` must get a place again only once
+/// the replica is back under its limit (it pays the burst back).
+async fn assert_bursts_and_is_paid_back(
+    admission: Arc<Admission>,
+    picker: Picker,
+    filler: Flow,
+    burster: Flow,
+) {
     let picker = Arc::new(picker);
-    let (heavy, light) = (flow("heavy", 4), flow("light", 4));
     let everywhere = Everywhere(&picker);
-    // The light tenant came once; the heavy one fills the replica.
-    drop(admission.admit_as(&everywhere, 0, &light).await.unwrap());
     let mut running = Vec::new();
     for _ in 0..4 {
-        running.push(admission.admit_as(&everywhere, 0, &heavy).await.unwrap());
+        running.push(admission.admit_as(&everywhere, 0, &filler).await.unwrap());
     }
-    // The heavy tenant, over its share, waits for room.
     let waiter = {
-        let (admission, picker, heavy) = (admission.clone(), picker.clone(), heavy.clone());
-        tokio::spawn(async move { admission.admit_as(&Everywhere(&picker), 0, &heavy).await })
+        let (admission, picker, filler) = (admission.clone(), picker.clone(), filler.clone());
+        tokio::spawn(async move { admission.admit_as(&Everywhere(&picker), 0, &filler).await })
     };
     until_waiting(&admission, 1).await;
-    // The light tenant takes a fifth place at once, past the heavy tenant's waiter.
-    let light_admitted = admission.admit_as(&everywhere, 0, &light);
-    let light_admitted = futures_util::FutureExt::now_or_never(light_admitted);
-    assert!(matches!(light_admitted, Some(Ok(_))), "{light_admitted:?}");
+    let admitted = admission.admit_as(&everywhere, 0, &burster);
+    let admitted = futures_util::FutureExt::now_or_never(admitted);
+    assert!(matches!(admitted, Some(Ok(_))), "{admitted:?}");
     assert_eq!((admission.in_flight(), admission.metrics.admission_bursts.get()), (5, 1));
-    // A heavy stream ends: the replica is back at its limit, nobody is admitted.
+    // One of the filler's streams ends: the replica is back at its limit, nobody is admitted.
     running.pop();
     for _ in 0..100 {
         tokio::task::yield_now().await;
@@ -282,6 +283,15 @@ async fn a_tenant_under_its_share_bursts_past_a_full_replica_and_the_heavy_one_p
     running.pop();
     let _admitted = waiter.await.unwrap().unwrap();
     assert_eq!((admission.in_flight(), admission.waiting()), (4, 0));
+}
+
+#[tokio::test]
+async fn a_tenant_under_its_share_bursts_past_a_full_replica_and_the_heavy_one_pays_it_back() {
+    let (admission, picker) = burst_setup(16);
+    let (heavy, light) = (flow("heavy", 4), flow("light", 4));
+    // The light tenant came once; the heavy one fills the replica and, over its share, waits.
+    drop(admission.admit_as(&Everywhere(&picker), 0, &light).await.unwrap());
+    assert_bursts_and_is_paid_back(admission, picker, heavy, light).await;
 }
 
 #[tokio::test]
@@ -300,31 +310,6 @@ async fn one_flow_alone_never_bursts() {
 #[tokio::test]
 async fn a_higher_band_bursts_past_a_replica_full_of_a_lower_one_which_pays_it_back() {
     let (admission, picker) = burst_setup(16);
-    let picker = Arc::new(picker);
-    // No tenants: a band 1 flood fills the replica and queues one more.
-    let (flood, high) = (flow("", 1), flow("", 8));
-    let everywhere = Everywhere(&picker);
-    let mut running = Vec::new();
-    for _ in 0..4 {
-        running.push(admission.admit_as(&everywhere, 0, &flood).await.unwrap());
-    }
-    let waiter = {
-        let (admission, picker, flood) = (admission.clone(), picker.clone(), flood.clone());
-        tokio::spawn(async move { admission.admit_as(&Everywhere(&picker), 0, &flood).await })
-    };
-    until_waiting(&admission, 1).await;
-    // Band 8 takes a fifth place at once: it does not wait for a band 1 stream to end.
-    let high_admitted = admission.admit_as(&everywhere, 0, &high);
-    let high_admitted = futures_util::FutureExt::now_or_never(high_admitted);
-    assert!(matches!(high_admitted, Some(Ok(_))), "{high_admitted:?}");
-    assert_eq!((admission.in_flight(), admission.metrics.admission_bursts.get()), (5, 1));
-    // A band 1 stream ends: the replica is back at its limit, the band 1 waiter still waits.
-    running.pop();
-    for _ in 0..100 {
-        tokio::task::yield_now().await;
-    }
-    assert_eq!((admission.in_flight(), admission.waiting()), (4, 1));
-    running.pop();
-    let _admitted = waiter.await.unwrap().unwrap();
-    assert_eq!((admission.in_flight(), admission.waiting()), (4, 0));
+    // No tenants: a band 1 flood fills the replica; band 8 does not wait for its streams.
+    assert_bursts_and_is_paid_back(admission, picker, flow("", 1), flow("", 8)).await;
 }
