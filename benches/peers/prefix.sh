@@ -16,8 +16,12 @@
 # Reported per target: TTFT p50/p90/p95, throughput, goodput and the replicas' reported
 # cache hit ratio (usage.prompt_tokens_details.cached_tokens over prompt tokens), by
 # benches/peers/prefix_table.py from the JSON of each case.
+# PREFIX_WORKLOADS picks among `sp mt hot` (default all three); PREFIX_BASELINE=BINARY adds
+# that build's `prefix_aware` as one more target (a before/after in the same run).
 
 PREFIX_PROFILE="${PREFIX_PROFILE:-h20-tp4-80k}"
+PREFIX_WORKLOADS="${PREFIX_WORKLOADS:-sp mt hot}"
+PREFIX_BASELINE="${PREFIX_BASELINE:-}"
 
 # start_fleet_tp4x4 SPEED FLEET_NAME: four replicas; sets FLEET4 to their URLs.
 start_fleet_tp4x4() {
@@ -32,9 +36,10 @@ start_fleet_tp4x4() {
     for id in r0 r1 r2 r3; do FLEET4+=("$(listening_url "$WORK/sim-$fleet-$id.out")"); done
 }
 
-# start_laneway_tp4x4 NAME POLICY: laneway with the published defaults and POLICY.
+# start_laneway_tp4x4 NAME POLICY [BINARY]: laneway (the build under test unless BINARY)
+# with the published defaults and POLICY.
 start_laneway_tp4x4() {
-    local name="$1" policy="$2" port admin config i nodes=(h20-node-1 h20-node-1 h20-node-2 h20-node-2)
+    local name="$1" policy="$2" binary="${3:-$LANEWAY}" port admin config i nodes=(h20-node-1 h20-node-1 h20-node-2 h20-node-2)
     port="$(free_port)"
     admin="$(free_port)"
     config="$WORK/$name.toml"
@@ -46,7 +51,7 @@ start_laneway_tp4x4() {
             printf '[[replicas]]\nname = "tp4-%s"\nurl = "%s"\nnode = "%s"\n' "$i" "${FLEET4[$i]}" "${nodes[$i]}"
         done
     } >"$config"
-    "${PIN_PROXY[@]}" "$LANEWAY" serve --config "$config" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+    "${PIN_PROXY[@]}" "$binary" serve --config "$config" >"$WORK/$name.out" 2>"$WORK/$name.err" &
     PIDS+=($!)
     register_target "$name" "http://127.0.0.1:$port" "http://127.0.0.1:$admin/health" 30 "$WORK/$name.err"
 }
@@ -56,6 +61,10 @@ start_prefix_peers() {
     local speed="$1"
     TARGETS=()
     start_fleet_tp4x4 "$speed" lp; start_laneway_tp4x4 laneway-prefix prefix_aware
+    if [[ -n "$PREFIX_BASELINE" ]]; then
+        start_fleet_tp4x4 "$speed" lb
+        start_laneway_tp4x4 laneway-prefix-baseline prefix_aware "$PREFIX_BASELINE"
+    fi
     start_fleet_tp4x4 "$speed" lq; start_laneway_tp4x4 laneway-lq least_queue
     start_fleet_tp4x4 "$speed" sc; start_router_on sglang cache_aware "${FLEET4[@]}"
     start_fleet_tp4x4 "$speed" vc; start_router_on vllm cache_aware "${FLEET4[@]}"
@@ -75,14 +84,20 @@ part_prefix() {
         echo -e "## Prefix-cache and session-aware routing (TP4x4, $PREFIX_PROFILE, fleet speed x$speed)\n"
         echo -e "Each target in front of a cold fleet of its own. Goodput SLO (wall time): ttft <= 1000 ms, tpot <= 25 ms (simulated: 2 s, 50 ms).\n"
     } >>"$OUT/results.md"
-    start_prefix_peers "$speed"
-    bench prefix-sp-g24-p4000-q400 --workload "sp_g24_p4000_q400_o64_c$clients" --requests "$sp" "${slo[@]}"
-    cleanup
-    start_prefix_peers "$speed"
-    bench prefix-mt-c16-t6-i300 --workload mt_c16_t6_i300_o64 --requests "$mt" "${slo[@]}"
-    cleanup
-    start_prefix_peers "$speed"
-    bench prefix-hot-p4000-q400-h50 --workload "hot_p4000_q400_o64_h50_c$clients" --requests "$hot" "${slo[@]}"
-    cleanup
+    if [[ " $PREFIX_WORKLOADS " == *" sp "* ]]; then
+        start_prefix_peers "$speed"
+        bench prefix-sp-g24-p4000-q400 --workload "sp_g24_p4000_q400_o64_c$clients" --requests "$sp" "${slo[@]}"
+        cleanup
+    fi
+    if [[ " $PREFIX_WORKLOADS " == *" mt "* ]]; then
+        start_prefix_peers "$speed"
+        bench prefix-mt-c16-t6-i300 --workload mt_c16_t6_i300_o64 --requests "$mt" "${slo[@]}"
+        cleanup
+    fi
+    if [[ " $PREFIX_WORKLOADS " == *" hot "* ]]; then
+        start_prefix_peers "$speed"
+        bench prefix-hot-p4000-q400-h50 --workload "hot_p4000_q400_o64_h50_c$clients" --requests "$hot" "${slo[@]}"
+        cleanup
+    fi
     python3 "$PEERS_DIR/prefix_table.py" "$OUT" | tee -a "$OUT/results.md"
 }

@@ -1,6 +1,10 @@
-//! The `prefix_aware` pick. With a session: its bounded-load rendezvous replica. Else every
-//! candidate's TTFT is estimated with its own expected cache hit (the uncached tail is
-//! what it must prefill) and the fastest wins; among equals, the longest hit, then chance.
+//! The `prefix_aware` pick. Every candidate's TTFT is estimated with its own expected cache
+//! hit (the uncached tail is what it must prefill) and the fastest wins; among equals, the
+//! longest hit, then chance. With a session: its rendezvous replica (its home) while that
+//! is not overloaded; when it is, the same estimate decides between the home and the
+//! replica bounded load would send the session to, so a conversation cached at home moves
+//! only when a miss elsewhere is faster (moving it on load alone lost its cache, and the
+//! next turn, back home, found that turn's tail missing).
 //!
 //! That is the rule "take the longest cached prefix unless its predicted TTFT is worse than
 //! the least-loaded replica's by more than the prefill the cache saves", written as one
@@ -11,7 +15,7 @@
 
 use std::sync::Arc;
 
-use super::affinity::session_replica;
+use super::affinity::session_places;
 use super::ttft::{QueueTtft, TtftEstimate};
 use super::{PromptKey, PromptPick};
 use crate::gateway::pick::draw::Draws;
@@ -62,9 +66,14 @@ impl Policy for PrefixAware {
         if candidates.is_empty() {
             return None;
         }
+        let mut candidates = candidates;
         if let Some(session) = prompt.key.session {
             let factor = prompt.config.session_load_factor;
-            return session_replica(replicas, &candidates, session, factor);
+            let places = session_places(replicas, &candidates, session, factor)?;
+            if places.home == places.bounded {
+                return Some(places.home);
+            }
+            candidates = vec![places.home, places.bounded];
         }
         let names: Vec<&str> = candidates.iter().map(|&i| replicas[i].name.as_str()).collect();
         let matched = prompt.router.index.matched(&names, prompt.key.hittable());

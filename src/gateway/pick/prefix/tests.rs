@@ -9,7 +9,7 @@ use prometheus::Registry;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::affinity::session_replica;
+use super::affinity::session_places;
 use super::index::{BlockIndex, ENTRY_BYTES};
 use super::policy::PrefixAware;
 use super::{PrefixRouter, PromptKey, PromptPick, hash_bytes};
@@ -69,13 +69,21 @@ fn matches_are_per_replica_and_stop_at_the_first_missing_block() {
     assert_eq!(index.matched(&["a", "b"], &[1, 2, 3]), vec![0, 3]);
 }
 
+/// Where bounded load alone sends `session` (factor 1.25).
+fn bounded(
+    set: &[Arc<crate::gateway::pick::Replica>],
+    candidates: &[usize],
+    session: u64,
+) -> usize {
+    session_places(set, candidates, session, 1.25).unwrap().bounded
+}
+
 #[test]
 fn when_a_replica_leaves_only_its_sessions_move() {
     let set = replicas(5);
     let all: Vec<usize> = (0..5).collect();
     let sessions: Vec<u64> = (0..2000u64).map(|s| hash_bytes(format!("s{s}").as_bytes())).collect();
-    let before: Vec<usize> =
-        sessions.iter().map(|&s| session_replica(&set, &all, s, 1.25).unwrap()).collect();
+    let before: Vec<usize> = sessions.iter().map(|&s| bounded(&set, &all, s)).collect();
     let mut per_replica = [0; 5];
     for &r in &before {
         per_replica[r] += 1;
@@ -84,7 +92,7 @@ fn when_a_replica_leaves_only_its_sessions_move() {
     let without_2: Vec<usize> = vec![0, 1, 3, 4];
     let mut moved = 0;
     for (session, &was) in sessions.iter().zip(&before) {
-        let now = session_replica(&set, &without_2, *session, 1.25).unwrap();
+        let now = bounded(&set, &without_2, *session);
         if was == 2 {
             moved += 1;
             assert_ne!(now, 2);
@@ -100,13 +108,42 @@ fn an_overloaded_session_replica_sheds_new_requests_until_it_recovers() {
     let set = replicas(4);
     let all: Vec<usize> = (0..4).collect();
     let session = hash_bytes(b"conversation-7");
-    let home = session_replica(&set, &all, session, 1.25).unwrap();
+    let home = bounded(&set, &all, session);
     // 20 in flight on the home replica, none elsewhere: bound 1.25 * 20 / 4 + 1 = 7.25.
     set[home].load.in_flight.store(20, Ordering::Relaxed);
-    let away = session_replica(&set, &all, session, 1.25).unwrap();
+    let away = bounded(&set, &all, session);
     assert_ne!(away, home);
     set[home].load.in_flight.store(1, Ordering::Relaxed);
-    assert_eq!(session_replica(&set, &all, session, 1.25).unwrap(), home);
+    assert_eq!(bounded(&set, &all, session), home);
+}
+
+#[test]
+fn a_session_leaves_its_overloaded_home_only_when_a_miss_elsewhere_is_faster() {
+    let set = replicas(4);
+    let router = Arc::new(PrefixRouter::new(&PrefixConfig::default(), &Registry::new()));
+    let config = PrefixConfig::default();
+    let mut headers = HeaderMap::new();
+    headers.insert("x-session-id", "conversation-7".parse().unwrap());
+    let all: Vec<usize> = (0..4).collect();
+    let home = session_places(&set, &all, hash_bytes(b"conversation-7"), 1.25).unwrap().home;
+    let pick = |key: &PromptKey| {
+        let prompt = PromptPick { key, router: &router, config: &config };
+        PrefixAware::new(5).pick_prompt(&set, &context(), &prompt).unwrap()
+    };
+    // First turn, nothing cached, home overloaded (20 in flight, none elsewhere): it goes
+    // where bounded load sends it.
+    let first_turn = key(1, 2000, 0, 16, &headers);
+    set[home].load.in_flight.store(20, Ordering::Relaxed);
+    let away = pick(&first_turn);
+    assert_ne!(away, home);
+    // The conversation so far (2,000 tokens) is cached at home: 150 ms of prefill saved
+    // against 20 ms of queue at 1 ms a request. It stays, overloaded or not.
+    router.place(&set[home], &first_turn).prefill_done();
+    let next_turn = key(1, 2000, 1, 16, &headers);
+    assert_eq!(pick(&next_turn), home);
+    // 400 in flight at home: a miss elsewhere is faster than the queue, and it moves.
+    set[home].load.in_flight.store(400, Ordering::Relaxed);
+    assert_ne!(pick(&next_turn), home);
 }
 
 /// Places `count` requests of one prompt through the policy and the router; returns the
