@@ -1,11 +1,10 @@
 //! The `prefix_aware` pick. Every candidate's TTFT is estimated with its own expected cache
 //! hit (the uncached tail is what it must prefill) and the fastest wins; among equals, the
 //! longest hit, then chance. With a session: its rendezvous replica (its home) while that
-//! is not overloaded and nothing else holds more of the conversation; otherwise the same
-//! estimate decides between the home, the replica bounded load would send the session
-//! to and the one holding most of the conversation. So a conversation moves only when a
-//! miss elsewhere is faster, and one that moved stays where its cache went (moving on
-//! load alone threw the cache away, and the next turn, back home, missed the moved turn).
+//! is not overloaded; when it is, the same estimate decides between the home and the
+//! replica bounded load would send the session to, so a conversation cached at home moves
+//! only when a miss elsewhere is faster (moving it on load alone lost its cache, and the
+//! next turn, back home, found that turn's tail missing).
 //!
 //! That is the rule "take the longest cached prefix unless its predicted TTFT is worse than
 //! the least-loaded replica's by more than the prefill the cache saves", written as one
@@ -67,6 +66,15 @@ impl Policy for PrefixAware {
         if candidates.is_empty() {
             return None;
         }
+        let mut candidates = candidates;
+        if let Some(session) = prompt.key.session {
+            let factor = prompt.config.session_load_factor;
+            let places = session_places(replicas, &candidates, session, factor)?;
+            if places.home == places.bounded {
+                return Some(places.home);
+            }
+            candidates = vec![places.home, places.bounded];
+        }
         let names: Vec<&str> = candidates.iter().map(|&i| replicas[i].name.as_str()).collect();
         let matched = prompt.router.index.matched(&names, prompt.key.hittable());
         let estimate = QueueTtft {
@@ -74,28 +82,7 @@ impl Policy for PrefixAware {
             request_us: prompt.config.request_us,
         };
         let chosen = Choice { key: prompt.key, estimate: &estimate, ties: &self.ties };
-        let Some(session) = prompt.key.session else {
-            return fastest(replicas, &candidates, &matched, &chosen, context);
-        };
-        // A session: its home, the replica bounded load sends it to, and the one holding
-        // more of its conversation than the home; alone when they agree, else the fastest.
-        let factor = prompt.config.session_load_factor;
-        let places = session_places(replicas, &candidates, session, factor)?;
-        let blocks_at = |replica: usize| {
-            candidates.iter().position(|&c| c == replica).map_or(0, |at| matched[at])
-        };
-        let (most, cached) = matched.iter().enumerate().max_by_key(|&(_, blocks)| *blocks)?;
-        let mut contenders = vec![places.home, places.bounded];
-        if *cached > blocks_at(places.home) {
-            contenders.push(candidates[most]);
-        }
-        contenders.sort_unstable();
-        contenders.dedup();
-        if contenders.len() == 1 {
-            return Some(places.home);
-        }
-        let contender_blocks: Vec<usize> = contenders.iter().map(|&c| blocks_at(c)).collect();
-        fastest(replicas, &contenders, &contender_blocks, &chosen, context)
+        fastest(replicas, &candidates, &matched, &chosen, context)
     }
 }
 
