@@ -1,6 +1,7 @@
 //! `prefix_aware`: places a request where its prompt's prefix is expected to be in the KV
 //! cache, unless load makes a miss elsewhere faster; keeps sessions on one replica with
-//! bounded-load rendezvous hashing; and corrects its index from the cached tokens that
+//! bounded-load rendezvous hashing and a memory of where each was last placed
+//! ([`sessions`]); and corrects its index from the cached tokens that
 //! replicas report. The request path: [`PromptKey`] (rendered prompt -> block hashes and
 //! session) -> [`policy::PrefixAware`] (the pick) -> [`PrefixRouter::place`] (index
 //! updated, prediction kept) -> [`PrefixFeedback`] (the replica's report, at the end).
@@ -9,6 +10,7 @@ pub mod affinity;
 pub mod feedback;
 pub mod index;
 pub mod policy;
+pub mod sessions;
 pub mod ttft;
 
 #[cfg(test)]
@@ -27,6 +29,7 @@ use crate::prompt_tokens::{block_hashes, mix, prompt_token_ids};
 
 pub use feedback::PrefixFeedback;
 pub use index::BlockIndex;
+pub use sessions::SessionMemory;
 pub use ttft::{QueueTtft, TtftEstimate};
 
 /// What prefix-aware placement needs from a request: its rendered prompt as chained block
@@ -81,6 +84,8 @@ pub struct PromptPick<'a> {
 /// The index and the metrics of prefix-aware placement; outlives reloads.
 pub struct PrefixRouter {
     pub index: BlockIndex,
+    /// Where each session was last placed.
+    pub sessions: SessionMemory,
     metrics: PrefixMetrics,
 }
 
@@ -119,6 +124,7 @@ impl PrefixRouter {
         registry.register(Box::new(corrected.clone())).expect("unique metric name");
         Self {
             index: BlockIndex::new(config.index_bytes),
+            sessions: SessionMemory::default(),
             metrics: PrefixMetrics { tokens, index_bytes, corrected },
         }
     }
@@ -126,6 +132,9 @@ impl PrefixRouter {
     /// A request with `key` was placed on `replica`: the index now expects its blocks
     /// there; the returned feedback holds the prediction until the replica reports.
     pub fn place(self: &Arc<Self>, replica: &Arc<Replica>, key: &PromptKey) -> PrefixFeedback {
+        if let Some(session) = key.session {
+            self.sessions.remember(session, hash_bytes(replica.name.as_bytes()));
+        }
         let mut placed = self.index.insert(&replica.name, &key.hashes);
         placed.matched = placed.matched.min(key.max_hit_blocks);
         placed.previous_ticks.truncate(placed.matched);

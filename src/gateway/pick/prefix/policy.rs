@@ -1,10 +1,12 @@
 //! The `prefix_aware` pick. Every candidate's TTFT is estimated with its own expected cache
 //! hit (the uncached tail is what it must prefill) and the fastest wins; among equals, the
 //! longest hit, then chance. With a session: its rendezvous replica (its home) while that
-//! is not overloaded; when it is, the same estimate decides between the home and the
-//! replica bounded load would send the session to, so a conversation cached at home moves
-//! only when a miss elsewhere is faster (moving it on load alone lost its cache, and the
-//! next turn, back home, found that turn's tail missing).
+//! is not overloaded and the session was last placed there (or is new); otherwise the same
+//! estimate decides between the home, the replica bounded load would send it to and the
+//! one it was last placed on. So a conversation cached at home moves only when a miss
+//! elsewhere is faster, and one that moved stays where its cache went while that is the
+//! faster (moving on load alone threw the cache away, and the next turn, back home,
+//! missed the moved turn).
 //!
 //! That is the rule "take the longest cached prefix unless its predicted TTFT is worse than
 //! the least-loaded replica's by more than the prefill the cache saves", written as one
@@ -16,6 +18,7 @@
 use std::sync::Arc;
 
 use super::affinity::session_places;
+use super::hash_bytes;
 use super::ttft::{QueueTtft, TtftEstimate};
 use super::{PromptKey, PromptPick};
 use crate::gateway::pick::draw::Draws;
@@ -68,12 +71,24 @@ impl Policy for PrefixAware {
         }
         let mut candidates = candidates;
         if let Some(session) = prompt.key.session {
+            // Its home, the replica bounded load sends it to and the one it was last
+            // placed on: alone when they agree, else the fastest of them.
             let factor = prompt.config.session_load_factor;
             let places = session_places(replicas, &candidates, session, factor)?;
-            if places.home == places.bounded {
+            let last = prompt.router.sessions.recall(session).and_then(|name| {
+                candidates
+                    .iter()
+                    .copied()
+                    .find(|&c| hash_bytes(replicas[c].name.as_bytes()) == name)
+            });
+            let mut contenders: Vec<usize> =
+                [places.home, places.bounded].into_iter().chain(last).collect();
+            contenders.sort_unstable();
+            contenders.dedup();
+            if contenders.len() == 1 {
                 return Some(places.home);
             }
-            candidates = vec![places.home, places.bounded];
+            candidates = contenders;
         }
         let names: Vec<&str> = candidates.iter().map(|&i| replicas[i].name.as_str()).collect();
         let matched = prompt.router.index.matched(&names, prompt.key.hittable());

@@ -118,7 +118,7 @@ fn an_overloaded_session_replica_sheds_new_requests_until_it_recovers() {
 }
 
 #[test]
-fn a_session_leaves_its_overloaded_home_only_when_a_miss_elsewhere_is_faster() {
+fn a_session_leaves_its_overloaded_home_only_when_a_miss_elsewhere_is_faster_then_stays() {
     let set = replicas(4);
     let router = Arc::new(PrefixRouter::new(&PrefixConfig::default(), &Registry::new()));
     let config = PrefixConfig::default();
@@ -143,7 +143,19 @@ fn a_session_leaves_its_overloaded_home_only_when_a_miss_elsewhere_is_faster() {
     assert_eq!(pick(&next_turn), home);
     // 400 in flight at home: a miss elsewhere is faster than the queue, and it moves.
     set[home].load.in_flight.store(400, Ordering::Relaxed);
-    assert_ne!(pick(&next_turn), home);
+    let moved = pick(&next_turn);
+    assert_ne!(moved, home);
+    // Its turn is cached where it went: home is idle again, but the next turn follows the
+    // session there (the conversation so far) rather than go home to a miss.
+    router.place(&set[moved], &next_turn).prefill_done();
+    set[home].load.in_flight.store(0, Ordering::Relaxed);
+    let turn_after = key(1, 2000, 1, 48, &headers);
+    assert_eq!(pick(&turn_after), moved);
+    // Another session sending the same prompt is not drawn there: it goes to its own home.
+    let mut other = HeaderMap::new();
+    other.insert("x-session-id", "conversation-8".parse().unwrap());
+    let other_home = session_places(&set, &all, hash_bytes(b"conversation-8"), 1.25).unwrap().home;
+    assert_eq!(pick(&key(1, 2000, 1, 48, &other)), other_home);
 }
 
 /// Places `count` requests of one prompt through the policy and the router; returns the
