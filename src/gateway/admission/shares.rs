@@ -37,7 +37,7 @@ const SLACK: f64 = 0.75;
 #[derive(Debug, Default)]
 pub struct FlowShares {
     flows: Mutex<HashMap<FlowKey, FlowUse>>,
-    tenants_seen: AtomicBool,
+    counting_started: AtomicBool,
 }
 
 /// A flow within a scope (see [`super::Placement::scope`]) and a priority band.
@@ -94,10 +94,10 @@ impl FlowShares {
     /// the default, has arrived (`key` may be the first).
     fn counting(&self, key: &FlowKey) -> bool {
         let distinct = !key.flow.is_empty() || key.band != DEFAULT_BAND;
-        if distinct && !self.tenants_seen.load(Ordering::Relaxed) {
-            self.tenants_seen.store(true, Ordering::Relaxed);
+        if distinct && !self.counting_started.load(Ordering::Relaxed) {
+            self.counting_started.store(true, Ordering::Relaxed);
         }
-        self.tenants_seen.load(Ordering::Relaxed)
+        self.counting_started.load(Ordering::Relaxed)
     }
 
     /// A request of the flow was admitted: it counts if another flow is active in its scope
@@ -108,7 +108,7 @@ impl FlowShares {
         }
         let mut flows = self.flows.lock();
         let contended = flows.iter().any(|(other, used)| {
-            same_band(other, key) && other.flow != key.flow && used.active(now, window)
+            same_scope_and_band(other, key) && other.flow != key.flow && used.active(now, window)
         });
         if let Some(used) = flows.get_mut(key) {
             used.recent = used.recent_at(now, window) + f64::from(u8::from(contended));
@@ -145,7 +145,7 @@ impl FlowShares {
     }
 }
 
-fn same_band(a: &FlowKey, b: &FlowKey) -> bool {
+fn same_scope_and_band(a: &FlowKey, b: &FlowKey) -> bool {
     a.scope == b.scope && a.band == b.band
 }
 
@@ -155,7 +155,7 @@ fn under_share(flows: &HashMap<FlowKey, FlowUse>, key: &FlowKey, now: u64, windo
     let Some(own) = flows.get(key) else { return false };
     let (mut weights, mut total, mut others) = (0u64, 0.0, false);
     for (other, used) in flows.iter() {
-        if !same_band(other, key) || !used.active(now, window) {
+        if !same_scope_and_band(other, key) || !used.active(now, window) {
             continue;
         }
         others |= other.flow != key.flow;

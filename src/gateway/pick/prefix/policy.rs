@@ -64,12 +64,11 @@ impl Policy for PrefixAware {
         context: &PickContext,
         prompt: &PromptPick<'_>,
     ) -> Option<usize> {
-        let candidates: Vec<usize> =
+        let mut candidates: Vec<usize> =
             (0..replicas.len()).filter(|&i| Some(i) != context.exclude).collect();
         if candidates.is_empty() {
             return None;
         }
-        let mut candidates = candidates;
         if let Some(session) = prompt.key.session {
             // Its home, the replica bounded load sends it to and the one it was last
             // placed on: alone when they agree, else the fastest of them.
