@@ -19,9 +19,9 @@ pub enum GatewayError {
     /// Downstream: `x-laneway-entry` names no entry.
     #[error("header x-laneway-entry: {0}")]
     UnknownEntry(#[source] UnknownEntry),
-    /// Downstream: a header value is not text.
-    #[error("header {0} is not valid text")]
-    BadHeader(&'static str),
+    /// Downstream: a header's value cannot be used; `reason` says why.
+    #[error("header {name} {reason}")]
+    BadHeader { name: &'static str, reason: &'static str },
     /// Downstream: an `x-laneway-slo-*` header is not a valid limit.
     #[error("{0}")]
     BadSlo(#[from] crate::gateway::classify::slo::BadSloHeader),
@@ -125,7 +125,7 @@ impl GatewayError {
         match self {
             Self::BadBody(_)
             | Self::UnknownEntry(_)
-            | Self::BadHeader(_)
+            | Self::BadHeader { .. }
             | Self::BadSlo(_)
             | Self::MissingReplica
             | Self::UnknownReplica(_)
@@ -158,7 +158,7 @@ impl GatewayError {
     /// The `kind` label of `laneway_request_errors_total`.
     pub fn kind_label(&self) -> &'static str {
         match self {
-            Self::BadBody(_) | Self::BadHeader(_) | Self::BadSlo(_) | Self::MissingReplica => {
+            Self::BadBody(_) | Self::BadHeader { .. } | Self::BadSlo(_) | Self::MissingReplica => {
                 "bad_request"
             }
             Self::UnknownEntry(_) => "unknown_entry",
@@ -190,7 +190,7 @@ impl GatewayError {
         match self {
             Self::BadBody(_)
             | Self::UnknownEntry(_)
-            | Self::BadHeader(_)
+            | Self::BadHeader { .. }
             | Self::BadSlo(_)
             | Self::MissingReplica
             | Self::ClientBody(_) => ErrorKind::BadRequest,

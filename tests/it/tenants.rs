@@ -248,8 +248,14 @@ async fn requests_per_minute_and_concurrency_are_per_tenant() {
     assert_eq!(post_as(&client, &gateway, "sk-nobody", &body).await.status(), 401);
     // A priority band is a number 0..=9.
     let request = client.post(url(&gateway, "/v1/chat/completions")).bearer_auth("sk-single");
-    let bad_band = request.header("x-laneway-priority", "urgent").json(&body).send().await.unwrap();
-    assert_eq!(bad_band.status(), 400);
+    for band in ["urgent", "10"] {
+        let request = request.try_clone().unwrap().header("x-laneway-priority", band);
+        let bad_band = request.json(&body).send().await.unwrap();
+        assert_eq!(bad_band.status(), 400);
+        let error: serde_json::Value = bad_band.json().await.unwrap();
+        let message = error["error"]["message"].as_str().unwrap();
+        assert_eq!(message, "header x-laneway-priority must be a band from 0 to 9");
+    }
     // One stream at a time: a second one while the first is open gets 429.
     let mut open = post_as(&client, &gateway, "sk-single", &chat_body(20, 200, true)).await;
     assert_eq!(open.status(), 200);

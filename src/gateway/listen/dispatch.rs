@@ -285,7 +285,10 @@ fn priority_band(headers: &http::HeaderMap) -> Result<Option<u8>, GatewayError> 
     let band = value.to_str().ok().and_then(|text| text.trim().parse::<u8>().ok());
     match band {
         Some(band) if band <= MAX_BAND => Ok(Some(band)),
-        _ => Err(GatewayError::BadHeader("x-laneway-priority")),
+        _ => Err(GatewayError::BadHeader {
+            name: "x-laneway-priority",
+            reason: "must be a band from 0 to 9",
+        }),
     }
 }
 
@@ -302,9 +305,15 @@ fn named_entry(
     };
     // Repeats that disagree could be read differently by another proxy on the path.
     if request.headers().get_all(headers::ENTRY).iter().any(|other| other != value) {
-        return Err(GatewayError::BadHeader("x-laneway-entry"));
+        return Err(GatewayError::BadHeader {
+            name: "x-laneway-entry",
+            reason: "is repeated with different values",
+        });
     }
-    let name = value.to_str().map_err(|_| GatewayError::BadHeader("x-laneway-entry"))?;
+    let name = value.to_str().map_err(|_| GatewayError::BadHeader {
+        name: "x-laneway-entry",
+        reason: "is not valid text",
+    })?;
     let entry = name.parse::<Entry>().map_err(GatewayError::UnknownEntry)?;
     Ok(Some((entry, ClassifyMethod::Header)))
 }
@@ -382,7 +391,10 @@ fn debug_target(
         return Ok((name.to_string(), Some(path)));
     }
     let name = request.headers().get(headers::REPLICA).ok_or(GatewayError::MissingReplica)?;
-    let name = name.to_str().map_err(|_| GatewayError::BadHeader("x-laneway-replica"))?;
+    let name = name.to_str().map_err(|_| GatewayError::BadHeader {
+        name: "x-laneway-replica",
+        reason: "is not valid text",
+    })?;
     Ok((name.to_string(), None))
 }
 
