@@ -235,3 +235,52 @@ fn ttft_is_learned_by_requests_in_flight_and_overflow_goes_to_the_slow_replica()
     // Every healthy replica is past its knee: the slow one, still within the SLO, takes it.
     assert_eq!(pick([2, 5, 4]), 0);
 }
+
+/// `streams` streams on `replica`, each placed with `placed_with` in flight (itself
+/// included), decoding at `tpot` while the count grows to `ended_with` by its end.
+fn serve_while_others_join(
+    replica: &Arc<Replica>,
+    streams: usize,
+    (placed_with, ended_with): (u64, u64),
+    tpot: f64,
+) {
+    for _ in 0..streams {
+        replica.load.in_flight.store(placed_with, Ordering::Relaxed);
+        let start = Instant::now();
+        let mut probe = LatencyProbe::begin(replica.clone(), 1000, start);
+        probe.first_token(start + Duration::from_millis(100));
+        replica.load.in_flight.store(ended_with, Ordering::Relaxed);
+        probe.finished(Duration::from_secs_f64(tpot));
+    }
+    replica.load.in_flight.store(0, Ordering::Relaxed);
+}
+
+#[test]
+fn streams_that_decode_slower_than_placement_said_make_the_replica_read_slower() {
+    let set = replicas(2);
+    // r0 takes overflow: its streams are placed with 3 in flight, 17 by their end, and
+    // decode at 40 ms. The line learns 40 ms at 10 streams (the mean count) and, with no
+    // spread in the counts, the prior's slope below it: 36.5 ms at 3, where every one of
+    // these streams was placed. Its recent error at placement corrects that.
+    serve_while_others_join(&set[0], 80, (3, 17), 0.040);
+    let raw = {
+        let (intercept, slope) = set[0].latency.view().decode;
+        intercept + slope * 3.0
+    };
+    let bias = set[0].latency.view().tpot_bias;
+    let predicted = set[0].latency.predict(0, 1000, 3).tpot;
+    assert!(raw < 0.038, "the line alone reads {raw}");
+    assert!(bias > 0.05, "bias {bias}");
+    assert!((predicted - 0.040).abs() < 0.002, "predicted {predicted}");
+    // r1 decodes at 15 ms whatever its count. Under a 43 ms objective the line alone would
+    // have r0 fit (36.5 ms is within 90% of it); corrected, it does not, and r1 takes the
+    // request though it is busier.
+    serve_while_others_join(&set[1], 80, (3, 3), 0.015);
+    set[1].load.in_flight.store(6, Ordering::Relaxed);
+    let policy = PredictedLatency::new(4).with_explore_every(0);
+    let request = with_slo(1000, 1000, 43);
+    for _ in 0..20 {
+        set[0].load.in_flight.store(2, Ordering::Relaxed);
+        assert_eq!(policy.pick_for(&set, &context(), &request), Some(1));
+    }
+}
