@@ -54,7 +54,6 @@ fn latency_estimate(replica: &Replica) -> Value {
         "ttft_intercept_by_others_in_flight": view.ttft_intercepts,
         "decode_intercept": view.decode.0,
         "decode_seconds_per_stream": view.decode.1,
-        "tpot_bias": view.tpot_bias,
         "pending_prefill_tokens": view.pending_prefill_tokens,
         "placements": view.placements,
         "prefill_samples": view.samples.0,

@@ -4,13 +4,7 @@
 //!   queueing behind other prompts is part of the model rather than noise in it, with one
 //!   intercept per count of other requests in flight ([`TtftByConcurrency`]);
 //! - decode: TPOT against the requests in flight on the replica while the stream decoded
-//!   (the mean of the counts at its first token and at its end), and the signed error of
-//!   that line as read at placement. A stream's TPOT is set by the streams that join it
-//!   after it was placed, which the count at placement does not show: on a replica taking
-//!   overflow the line read at placement was low stream after stream (one 3x slowed
-//!   replica missed TPOT on 47 of its 54 requests in one run while predicted to meet it).
-//!   The prediction is the line times one plus its recent relative error, so a replica
-//!   whose streams keep decoding slower than placement said is read as slower.
+//!   (the mean of the counts at its first token and at its end).
 //!
 //! Picks read the published coefficients (atomics); only the end of a stream's prefill or
 //! decode takes the replica's short update lock, never a pick.
@@ -35,10 +29,6 @@ const DECODE_PRIOR_SPAN: (f64, f64) = (1.0, 32.0);
 /// The prior weighs as much as this many samples at each end of its span: a few percent of
 /// the data once there are any, enough to fix a slope the data cannot.
 const PRIOR_WEIGHT: f64 = 0.05;
-/// Weight the TPOT bias keeps when a stream adds its error: the last ~10 streams count most.
-const BIAS_DECAY: f64 = 0.9;
-/// Bounds of one stream's relative TPOT error, so that one stalled stream cannot swamp it.
-const BIAS_SAMPLE_RANGE: (f64, f64) = (-0.5, 2.0);
 
 /// A prediction for one request on one replica, in seconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -60,8 +50,6 @@ pub struct LatencyEstimate {
     /// Published models, as `f64` bits: the decode line's `(intercept, slope)`, the TTFT
     /// slope per prompt token and its intercept per count of other requests in flight.
     decode_published: [AtomicU64; 2],
-    /// The decode line's recent relative error as read at placement, as `f64` bits.
-    tpot_bias_published: AtomicU64,
     ttft_slope_published: AtomicU64,
     ttft_intercepts_published: [AtomicU64; COUNTS],
     models: Mutex<Models>,
@@ -71,8 +59,6 @@ pub struct LatencyEstimate {
 struct Models {
     prefill: TtftByConcurrency,
     decode: DecayedLine,
-    /// `(measured - line at placement) / line at placement`, decayed by `BIAS_DECAY`.
-    tpot_bias: f64,
 }
 
 impl Default for LatencyEstimate {
@@ -90,7 +76,6 @@ impl Default for LatencyEstimate {
                 DECODE_PRIOR_SPAN,
                 PRIOR_WEIGHT,
             ),
-            tpot_bias: 0.0,
         };
         let publish = |line: &DecayedLine| {
             let (a, b) = line.coefficients();
@@ -101,7 +86,6 @@ impl Default for LatencyEstimate {
             placements: AtomicU64::new(0),
             last_placed: AtomicU64::new(0),
             decode_published: publish(&models.decode),
-            tpot_bias_published: AtomicU64::new(0.0f64.to_bits()),
             ttft_slope_published: AtomicU64::new(models.prefill.slope().to_bits()),
             ttft_intercepts_published: models
                 .prefill
@@ -132,9 +116,6 @@ pub struct EstimateView {
     /// TTFT at zero prompt tokens by other requests in flight (index).
     pub ttft_intercepts: Vec<f64>,
     pub decode: (f64, f64),
-    /// The decode line's recent relative error at placement (0.1: streams decoded 10%
-    /// slower than the line said when they were placed).
-    pub tpot_bias: f64,
     pub pending_prefill_tokens: u64,
     pub placements: u64,
     /// Samples each model has had: `(prefill, decode)`.
@@ -156,24 +137,17 @@ impl LatencyEstimate {
     }
 
     /// TTFT for `prompt_tokens` placed behind `queued_ahead` prompt tokens, and TPOT with
-    /// `in_flight` streams (this one included) on the replica, corrected by the decode
-    /// line's recent error at placement.
+    /// `in_flight` streams (this one included) on the replica.
     pub fn predict(&self, queued_ahead: u64, prompt_tokens: u64, in_flight: u64) -> Predicted {
         let slope = f64::from_bits(self.ttft_slope_published.load(Ordering::Relaxed));
+        let (c, d) = read(&self.decode_published);
         let others = slot(in_flight.saturating_sub(1));
         let intercept =
             f64::from_bits(self.ttft_intercepts_published[others].load(Ordering::Relaxed));
-        let bias = f64::from_bits(self.tpot_bias_published.load(Ordering::Relaxed));
         Predicted {
             ttft: intercept + slope * (queued_ahead + prompt_tokens) as f64,
-            tpot: self.decode_line(in_flight) * (1.0 + bias),
+            tpot: c + d * in_flight as f64,
         }
-    }
-
-    /// The decode line alone: TPOT with `in_flight` streams, uncorrected.
-    fn decode_line(&self, in_flight: u64) -> f64 {
-        let (c, d) = read(&self.decode_published);
-        c + d * in_flight as f64
     }
 
     /// A request's first token came `ttft` after it was placed behind `tokens` prompt
@@ -188,19 +162,11 @@ impl LatencyEstimate {
         }
     }
 
-    /// A stream that had `in_flight` streams on the replica (on average) decoded at `tpot`,
-    /// where the decode line had said `line_at_placement` when it was placed.
-    pub fn observe_decode(&self, in_flight: f64, tpot: Duration, line_at_placement: f64) {
-        let tpot = tpot.as_secs_f64();
+    /// A stream that had `in_flight` streams on the replica (on average) decoded at `tpot`.
+    pub fn observe_decode(&self, in_flight: f64, tpot: Duration) {
         let mut models = self.models.lock();
-        models.decode.observe(in_flight, tpot);
+        models.decode.observe(in_flight, tpot.as_secs_f64());
         publish(&self.decode_published, &models.decode);
-        if tpot.is_finite() && line_at_placement > 0.0 {
-            let (low, high) = BIAS_SAMPLE_RANGE;
-            let error = ((tpot - line_at_placement) / line_at_placement).clamp(low, high);
-            models.tpot_bias = BIAS_DECAY * models.tpot_bias + (1.0 - BIAS_DECAY) * error;
-            self.tpot_bias_published.store(models.tpot_bias.to_bits(), Ordering::Relaxed);
-        }
     }
 
     /// Samples each model has had: `(prefill, decode)`.
@@ -221,7 +187,6 @@ impl LatencyEstimate {
                 .map(|intercept| f64::from_bits(intercept.load(Ordering::Relaxed)))
                 .collect(),
             decode: read(&self.decode_published),
-            tpot_bias: f64::from_bits(self.tpot_bias_published.load(Ordering::Relaxed)),
             pending_prefill_tokens: self.pending_prefill_tokens(),
             placements: self.placements(),
             samples: self.samples(),
@@ -240,8 +205,6 @@ pub struct LatencyProbe {
     /// Other requests in flight on the replica when this one was placed.
     others: u64,
     predicted_ttft: f64,
-    /// What the decode line said this stream's TPOT would be when it was placed.
-    tpot_line_at_placement: f64,
     placed_at: Instant,
     prefill_open: bool,
     /// Streams in flight on the replica when this one's first token came.
@@ -259,14 +222,12 @@ impl LatencyProbe {
         // The request's own in-flight guard is already held.
         let in_flight = replica.load.in_flight().max(1);
         let predicted_ttft = estimate.predict(queued_ahead, prompt_tokens, in_flight).ttft;
-        let tpot_line_at_placement = estimate.decode_line(in_flight);
         Self {
             replica,
             prompt_tokens,
             queued_ahead,
             others: in_flight - 1,
             predicted_ttft,
-            tpot_line_at_placement,
             placed_at: now,
             prefill_open: true,
             decoding_with: None,
@@ -298,7 +259,7 @@ impl LatencyProbe {
         if let Some(at_first_token) = self.decoding_with.take() {
             let at_end = self.replica.load.in_flight().max(1);
             let in_flight = (at_first_token + at_end) as f64 / 2.0;
-            self.replica.latency.observe_decode(in_flight, tpot, self.tpot_line_at_placement);
+            self.replica.latency.observe_decode(in_flight, tpot);
         }
     }
 
