@@ -11,10 +11,14 @@
 //! ```
 //! Every candidate is judged. Among those that fit, the lowest `least_queue` score wins (the
 //! gateway's own in-flight counts, updated at each pick, so a scan does not herd the way
-//! lagged latency estimates alone would); if none fits, the widest headroom wins, i.e. the
-//! smallest predicted miss. So a replica predicted to miss the SLO never takes a request
-//! from one predicted to meet it, and replicas that all meet it share by load. Ties go to
-//! the first candidate from a random start.
+//! lagged latency estimates alone would); if none fits, the widest headroom among those
+//! predicted to meet the TPOT objective at all wins, else the widest overall. So a replica
+//! predicted to miss the SLO never takes a request from one predicted to meet it, and
+//! replicas that all meet it share by load. Past capacity a predicted TTFT miss is
+//! preferred to a predicted TPOT miss: TPOT is steady and its prediction near certain,
+//! while TTFT on a busy replica is a coin flip (its API processes race for the connection);
+//! comparing the sizes of the two misses sent a slowed replica the overflow, and most of it
+//! missed TPOT. Ties go to the first candidate from a random start.
 //!
 //! Every `EXPLORE_EVERY`-th pick goes to the candidate whose estimate is stalest (the one
 //! placed a request longest ago), whatever the predictions say, so a replica that nothing
@@ -68,15 +72,38 @@ impl PredictedLatency {
     }
 }
 
+/// The margins a request would have on `replica`, as shares of each objective; below
+/// zero, a predicted miss.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Margins {
+    pub ttft: f64,
+    pub tpot: f64,
+    /// Connection and scrape failures, each worth a whole objective.
+    pub failures: f64,
+}
+
+impl Margins {
+    pub fn of(replica: &Replica, request: &RequestShape) -> Self {
+        let in_flight = replica.load.in_flight() + 1;
+        let estimate = &replica.latency;
+        let predicted =
+            estimate.predict(estimate.pending_prefill_tokens(), request.prompt_tokens, in_flight);
+        Self {
+            ttft: 1.0 - predicted.ttft / request.slo.ttft.as_secs_f64().max(1e-6),
+            tpot: 1.0 - predicted.tpot / request.slo.tpot.as_secs_f64().max(1e-6),
+            failures: replica.load.failures() as f64,
+        }
+    }
+
+    /// The narrower margin, less the failures.
+    pub fn headroom(self) -> f64 {
+        self.ttft.min(self.tpot) - self.failures
+    }
+}
+
 /// The margin a request would have on `replica`; below zero, a predicted SLO miss.
 pub fn headroom(replica: &Replica, request: &RequestShape) -> f64 {
-    let in_flight = replica.load.in_flight() + 1;
-    let estimate = &replica.latency;
-    let predicted =
-        estimate.predict(estimate.pending_prefill_tokens(), request.prompt_tokens, in_flight);
-    let ttft_margin = 1.0 - predicted.ttft / request.slo.ttft.as_secs_f64().max(1e-6);
-    let tpot_margin = 1.0 - predicted.tpot / request.slo.tpot.as_secs_f64().max(1e-6);
-    ttft_margin.min(tpot_margin) - replica.load.failures() as f64
+    Margins::of(replica, request).headroom()
 }
 
 /// Whether a headroom means both predictions are within `FIT_SHARE` of the SLO.
@@ -112,22 +139,30 @@ impl Policy for PredictedLatency {
         }
         let start = self.rng.below(count);
         // (score, index) of the least loaded fitting candidate; (headroom, index) of the
-        // widest headroom overall.
+        // widest headroom among those whose TPOT fits, and overall.
         let mut least_loaded: Option<(f64, usize)> = None;
+        let mut widest_tpot_fit: Option<(f64, usize)> = None;
         let mut widest: Option<(f64, usize)> = None;
+        let wider = |best: Option<(f64, usize)>, room: f64| best.is_none_or(|(b, _)| room > b);
         for step in 0..count {
             let index = nth_candidate((start + step) % count, context);
             let replica = &replicas[index];
-            let room = headroom(replica, request);
+            let margins = Margins::of(replica, request);
+            let room = margins.headroom();
             if fits(room) {
                 let score = least_queue::score(replica, context);
                 if least_loaded.is_none_or(|(best, _)| score < best) {
                     least_loaded = Some((score, index));
                 }
-            } else if least_loaded.is_none() && widest.is_none_or(|(best, _)| room > best) {
-                widest = Some((room, index));
+            } else if least_loaded.is_none() {
+                if margins.tpot - margins.failures >= 0.0 && wider(widest_tpot_fit, room) {
+                    widest_tpot_fit = Some((room, index));
+                }
+                if wider(widest, room) {
+                    widest = Some((room, index));
+                }
             }
         }
-        least_loaded.or(widest).map(|(_, index)| index)
+        least_loaded.or(widest_tpot_fit).or(widest).map(|(_, index)| index)
     }
 }

@@ -235,3 +235,23 @@ fn ttft_is_learned_by_requests_in_flight_and_overflow_goes_to_the_slow_replica()
     // Every healthy replica is past its knee: the slow one, still within the SLO, takes it.
     assert_eq!(pick([2, 5, 4]), 0);
 }
+
+#[test]
+fn past_capacity_a_predicted_ttft_miss_is_preferred_to_a_predicted_tpot_miss() {
+    let set = replicas(2);
+    // r0 decodes at 27 ms a token, r1 at 15 ms; r1's first token comes in 750 ms (its API
+    // processes are busy), r0's in 100 ms. Objectives: 500 ms TTFT, 25 ms TPOT.
+    train(&set[0], 30, 0, 1000, 0.1, 0.027);
+    train(&set[1], 30, 0, 1000, 0.75, 0.015);
+    let policy = PredictedLatency::new(3).with_explore_every(0);
+    let request = with_slo(1000, 500, 25);
+    // Neither fits. r0's TPOT miss (8%) is smaller than r1's TTFT miss (50%), but TPOT is
+    // steady: the request would miss on r0 for certain. r1 takes it.
+    for _ in 0..20 {
+        assert_eq!(policy.pick_for(&set, &context(), &request), Some(1));
+    }
+    // r0 predicted just within the TPOT objective (27 ms against 28) is a predicted meet:
+    // it takes the request over r1's TTFT miss (the overflow test above has the same).
+    let request = with_slo(1000, 500, 28);
+    assert_eq!(policy.pick_for(&set, &context(), &request), Some(0));
+}
