@@ -62,7 +62,8 @@ pub struct Admission {
     drained: DrainRate,
     /// Signalled when the last admitted request ends (shutdown waits on it).
     idle: tokio::sync::Notify,
-    /// Each tenant's recent admissions, for the bursts of those under their share.
+    /// Each flow's recent admissions and presence, for bursts (tenants under their share,
+    /// bands above one present).
     shares: FlowShares,
     /// The wait histogram of requests without a tenant, looked up once.
     untenanted_wait: prometheus::Histogram,
@@ -151,7 +152,8 @@ impl Admission {
 
     /// [`Self::admit`] for a request of `flow`: when it waits, it waits in `flow`'s fair
     /// place and may be shed for a higher band; when its tenant is under its fair share of
-    /// `placement`'s scope, it may take a place past a full replica's limit.
+    /// `placement`'s scope, or a lower band is present there, it may take a place past a
+    /// full replica's limit.
     pub async fn admit_as(
         self: &Arc<Self>,
         placement: &dyn Placement,
@@ -160,7 +162,9 @@ impl Admission {
     ) -> Result<(InFlightGuard, AdmissionPermit), GatewayError> {
         let limits = self.limits();
         let window = fair_window(&limits);
-        let key = self.shares.arrived(placement.scope(), flow, clock::now_micros(), window);
+        // The scope hashes the request's replicas: only worth it once shares are counted.
+        let scope = if self.shares.counting(flow) { placement.scope() } else { 0 };
+        let key = self.shares.arrived(scope, flow, clock::now_micros(), window);
         let mut arrival = Arrival { shares: &self.shares, flow: &key, admitted: false };
         let arrived_at = Instant::now();
         let admitted = self.wait_for_place(placement, prompt_tokens, flow, &key, &limits).await;

@@ -75,7 +75,7 @@ impl FlowShares {
     /// A request of `flow` arrived in `scope` (it waits or is admitted next).
     pub fn arrived(&self, scope: u64, flow: &Flow, now: u64, window: u64) -> FlowKey {
         let key = FlowKey { scope, flow: flow.key.clone(), band: flow.band };
-        if !self.counting(&key) {
+        if !self.counting_as(&key.flow, key.band) {
             return key;
         }
         let mut flows = self.flows.lock();
@@ -91,9 +91,14 @@ impl FlowShares {
     }
 
     /// Whether requests are counted: some tenant's request, or one of a band other than
-    /// the default, has arrived (`key` may be the first).
-    fn counting(&self, key: &FlowKey) -> bool {
-        let distinct = !key.flow.is_empty() || key.band != DEFAULT_BAND;
+    /// the default, has arrived (`flow` may be the first). Until then a request's scope
+    /// need not even be worked out.
+    pub fn counting(&self, flow: &Flow) -> bool {
+        self.counting_as(&flow.key, flow.band)
+    }
+
+    fn counting_as(&self, name: &str, band: u8) -> bool {
+        let distinct = !name.is_empty() || band != DEFAULT_BAND;
         if distinct && !self.counting_started.load(Ordering::Relaxed) {
             self.counting_started.store(true, Ordering::Relaxed);
         }
@@ -103,7 +108,7 @@ impl FlowShares {
     /// A request of the flow was admitted: it counts if another flow is active in its scope
     /// and band.
     pub fn admitted(&self, key: &FlowKey, now: u64, window: u64) {
-        if !self.counting(key) {
+        if !self.counting_as(&key.flow, key.band) {
             return;
         }
         let mut flows = self.flows.lock();
@@ -118,7 +123,7 @@ impl FlowShares {
 
     /// A request of the flow left: it ended, or gave up waiting.
     pub fn left(&self, key: &FlowKey, now: u64) {
-        if !self.counting(key) {
+        if !self.counting_as(&key.flow, key.band) {
             return;
         }
         if let Some(used) = self.flows.lock().get_mut(key) {
@@ -131,7 +136,7 @@ impl FlowShares {
     /// present in its scope, or the flow's recent admissions are under its fair share of
     /// its scope and band's, with other flows active there.
     pub fn may_burst(&self, key: &FlowKey, now: u64, window: u64) -> bool {
-        if !self.counting(key) {
+        if !self.counting_as(&key.flow, key.band) {
             return false;
         }
         let flows = self.flows.lock();
