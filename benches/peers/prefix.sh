@@ -17,7 +17,9 @@
 # cache hit ratio (usage.prompt_tokens_details.cached_tokens over prompt tokens), by
 # benches/peers/prefix_table.py from the JSON of each case.
 # PREFIX_WORKLOADS picks among `sp mt hot` (default all three); PREFIX_BASELINE=BINARY adds
-# that build's `prefix_aware` as one more target (a before/after in the same run).
+# that build's `prefix_aware` as one more target (a before/after in the same run), named
+# `laneway-prefix-baseline`; several binaries, space-separated, add one target each, named
+# `laneway-prefix-` and the binary's file name.
 
 PREFIX_PROFILE="${PREFIX_PROFILE:-h20-tp4-80k}"
 PREFIX_WORKLOADS="${PREFIX_WORKLOADS:-sp mt hot}"
@@ -61,10 +63,14 @@ start_prefix_peers() {
     local speed="$1"
     TARGETS=()
     start_fleet_tp4x4 "$speed" lp; start_laneway_tp4x4 laneway-prefix prefix_aware
-    if [[ -n "$PREFIX_BASELINE" ]]; then
-        start_fleet_tp4x4 "$speed" lb
-        start_laneway_tp4x4 laneway-prefix-baseline prefix_aware "$PREFIX_BASELINE"
-    fi
+    local baselines=($PREFIX_BASELINE) binary name n=0
+    for binary in "${baselines[@]}"; do
+        name=laneway-prefix-baseline
+        [[ ${#baselines[@]} -gt 1 ]] && name="laneway-prefix-$(basename "$binary")"
+        start_fleet_tp4x4 "$speed" "lb$n"
+        start_laneway_tp4x4 "$name" prefix_aware "$binary"
+        n=$((n + 1))
+    done
     start_fleet_tp4x4 "$speed" lq; start_laneway_tp4x4 laneway-lq least_queue
     start_fleet_tp4x4 "$speed" sc; start_router_on sglang cache_aware "${FLEET4[@]}"
     start_fleet_tp4x4 "$speed" vc; start_router_on vllm cache_aware "${FLEET4[@]}"

@@ -16,6 +16,7 @@ pub struct RawPrefix {
     pub session_load_factor: Option<f64>,
     pub prefill_us_per_token: Option<f64>,
     pub request_us: Option<f64>,
+    pub recompute_weight: Option<f64>,
 }
 
 /// The validated `[prefix]` section.
@@ -34,6 +35,10 @@ pub struct PrefixConfig {
     pub prefill_us_per_token: f64,
     /// The TTFT estimate's cost per request already on a replica.
     pub request_us: f64,
+    /// How much the prefill a candidate would recompute, beyond what the best-cached
+    /// candidate recomputes, counts on top of its own TTFT: the requests that queue behind
+    /// a miss pay for it too. 0 compares TTFT estimates alone.
+    pub recompute_weight: f64,
 }
 
 impl Default for PrefixConfig {
@@ -45,6 +50,7 @@ impl Default for PrefixConfig {
             session_load_factor: 1.25,
             prefill_us_per_token: 75.0,
             request_us: 1000.0,
+            recompute_weight: 1.0,
         }
     }
 }
@@ -72,6 +78,7 @@ pub(super) fn prefix(raw: &RawPrefix, issues: &mut Issues) -> PrefixConfig {
     let prefill_us_per_token =
         number("prefix.prefill_us_per_token", raw.prefill_us_per_token, 75.0, 0.0, 1e6);
     let request_us = number("prefix.request_us", raw.request_us, 1000.0, 0.0, 1e8);
+    let recompute_weight = number("prefix.recompute_weight", raw.recompute_weight, 1.0, 0.0, 100.0);
     PrefixConfig {
         index_bytes: issues.positive("prefix.index_bytes", raw.index_bytes, 8 << 20, 1 << 36),
         block_size: issues.positive("prefix.block_size", raw.block_size, 16, 4096),
@@ -79,6 +86,7 @@ pub(super) fn prefix(raw: &RawPrefix, issues: &mut Issues) -> PrefixConfig {
         session_load_factor,
         prefill_us_per_token,
         request_us,
+        recompute_weight,
     }
 }
 
@@ -91,7 +99,8 @@ mod tests {
         let config = GatewayConfig::from_toml("").unwrap();
         assert_eq!(config.prefix, super::PrefixConfig::default());
         let text = "[prefix]\nindex_bytes = 0\nblock_size = 16\nsession_header = \"bad header\"\n\
-                    session_load_factor = 0.5\nprefill_us_per_token = -1.0\n";
+                    session_load_factor = 0.5\nprefill_us_per_token = -1.0\n\
+                    recompute_weight = -0.5\n";
         let error = GatewayConfig::from_toml(text).unwrap_err();
         let paths: Vec<&str> = error.issues.iter().map(|i| i.path.as_str()).collect();
         assert_eq!(
@@ -100,6 +109,7 @@ mod tests {
                 "prefix.session_header",
                 "prefix.session_load_factor",
                 "prefix.prefill_us_per_token",
+                "prefix.recompute_weight",
                 "prefix.index_bytes"
             ]
         );

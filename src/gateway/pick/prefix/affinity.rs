@@ -4,12 +4,16 @@
 //! out before), so when a replica leaves, only the sessions it held move, each to its
 //! next-heaviest replica; the others keep theirs.
 //!
-//! Overloaded (after Mirrokni et al., consistent hashing with bounded loads): a replica
-//! takes a session's request while `in_flight < factor * mean_in_flight + 1`, the mean over
-//! the candidates. Some replica is always at or under the mean, so one always qualifies;
-//! the `+ 1` keeps a lightly loaded fleet from moving sessions over a request or two.
-//! Whether an overloaded home really loses the request is the policy's to decide: the
-//! conversation so far is cached there ([`super::policy`]).
+//! Overloaded (after Mirrokni et al., consistent hashing with bounded loads), by
+//! [`LoadBound`]: for a conversation's later turns a replica takes the request while
+//! `in_flight < factor * mean_in_flight + 1`, the mean over the candidates. Some replica is
+//! always at or under the mean, so one always qualifies; the `+ 1` keeps a lightly loaded
+//! fleet from moving sessions over a request or two. Whether an overloaded home really
+//! loses the request is the policy's to decide: the conversation so far is cached there
+//! ([`super::policy`]). A conversation's first turn has nothing cached to lose, and is held
+//! to an even share instead, `in_flight < ceil((total + 1) / candidates)`: sixteen
+//! conversations opened at once land four on each of four replicas, where the loose bound
+//! let rendezvous put six on one.
 
 use std::sync::Arc;
 
@@ -31,15 +35,35 @@ pub struct SessionPlaces {
     pub bounded: usize,
 }
 
+/// When a replica counts as overloaded for a session's request.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LoadBound {
+    /// `in_flight < factor * mean + 1`: a conversation's later turns, cached at home.
+    Loose { factor: f64 },
+    /// `in_flight < ceil((total + 1) / candidates)`: a first turn, nothing cached yet.
+    Even,
+}
+
+impl LoadBound {
+    /// The in-flight count a replica must stay under, given the candidates' `total`.
+    fn limit(self, total: u64, candidates: usize) -> f64 {
+        let candidates = candidates.max(1) as u64;
+        match self {
+            Self::Loose { factor } => factor * total as f64 / candidates as f64 + 1.0,
+            Self::Even => (total + 1).div_ceil(candidates) as f64,
+        }
+    }
+}
+
 /// Where `session` may go among `candidates`; `None` if there are none.
 pub fn session_places(
     replicas: &[Arc<Replica>],
     candidates: &[usize],
     session: u64,
-    load_factor: f64,
+    load: LoadBound,
 ) -> Option<SessionPlaces> {
     let total: u64 = candidates.iter().map(|&i| replicas[i].load.in_flight()).sum();
-    let bound = load_factor * total as f64 / candidates.len().max(1) as f64 + 1.0;
+    let bound = load.limit(total, candidates.len());
     let mut ranked: Vec<(u64, usize)> =
         candidates.iter().map(|&i| (weight(session, &replicas[i].name), i)).collect();
     ranked.sort_unstable_by(|a, b| b.cmp(a));

@@ -24,7 +24,7 @@ use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 use super::replica::Replica;
 use crate::gateway::config::PrefixConfig;
-use crate::openai::InferenceRequest;
+use crate::openai::{InferenceRequest, PromptInput};
 use crate::prompt_tokens::{block_hashes, mix, prompt_token_ids};
 
 pub use feedback::PrefixFeedback;
@@ -46,6 +46,9 @@ pub struct PromptKey {
     pub block_size: u64,
     /// A hash of the session header's value, else of OpenAI's `user` field.
     pub session: Option<u64>,
+    /// A chat prompt with no assistant message: a conversation's first turn, with nothing
+    /// of its own cached anywhere yet, so placing it by load alone costs no hit.
+    pub opens_conversation: bool,
 }
 
 impl PromptKey {
@@ -60,7 +63,11 @@ impl PromptKey {
             .filter(|value| !value.is_empty())
             .or(request.user.as_deref().map(str::as_bytes).filter(|user| !user.is_empty()))
             .map(hash_bytes);
-        Self { hashes, max_hit_blocks, prompt_tokens, block_size, session }
+        let opens_conversation = match &request.prompt {
+            PromptInput::Messages(messages) => messages.iter().all(|m| m.role != "assistant"),
+            PromptInput::Text(_) | PromptInput::TokenIds(_) => false,
+        };
+        Self { hashes, max_hit_blocks, prompt_tokens, block_size, session, opens_conversation }
     }
 
     /// The hashes a cache hit can cover.

@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 
-use super::affinity::session_places;
+use super::affinity::{LoadBound, session_places};
 use super::hash_bytes;
 use super::ttft::{QueueTtft, TtftEstimate};
 use super::{PromptKey, PromptPick};
@@ -72,8 +72,12 @@ impl Policy for PrefixAware {
         if let Some(session) = prompt.key.session {
             // Its home, the replica bounded load sends it to and the one it was last
             // placed on: alone when they agree, else the fastest of them.
-            let factor = prompt.config.session_load_factor;
-            let places = session_places(replicas, &candidates, session, factor)?;
+            let load = if prompt.key.opens_conversation {
+                LoadBound::Even
+            } else {
+                LoadBound::Loose { factor: prompt.config.session_load_factor }
+            };
+            let places = session_places(replicas, &candidates, session, load)?;
             let last = prompt.router.sessions.recall(session).and_then(|name| {
                 candidates
                     .iter()
@@ -95,13 +99,22 @@ impl Policy for PrefixAware {
             prefill_us_per_token: prompt.config.prefill_us_per_token,
             request_us: prompt.config.request_us,
         };
-        let chosen = Choice { key: prompt.key, estimate: &estimate, ties: &self.ties };
+        let recompute_us_per_token =
+            prompt.config.recompute_weight * prompt.config.prefill_us_per_token;
+        let chosen = Choice {
+            key: prompt.key,
+            estimate: &estimate,
+            recompute_us_per_token,
+            ties: &self.ties,
+        };
         fastest(replicas, &candidates, &matched, &chosen, context)
     }
 }
 
-/// The candidate with the lowest estimated TTFT given its `matched` blocks; ties go to the
-/// longest hit, then to chance (so an idle fleet spreads new prefixes).
+/// The candidate with the lowest cost: its estimated TTFT given its `matched` blocks, plus
+/// the prefill it would recompute beyond the best-cached candidate's, at
+/// `recompute_us_per_token`. Ties go to the longest hit, then to chance (so an idle fleet
+/// spreads new prefixes).
 pub fn fastest(
     replicas: &[Arc<Replica>],
     candidates: &[usize],
@@ -110,12 +123,18 @@ pub fn fastest(
     context: &PickContext,
 ) -> Option<usize> {
     let (key, estimate) = (choice.key, choice.estimate);
+    let uncached: Vec<u64> = matched
+        .iter()
+        .map(|&blocks| key.prompt_tokens.saturating_sub(blocks as u64 * key.block_size))
+        .collect();
+    let least_uncached = uncached.iter().copied().min()?;
     let scored: Vec<(f64, usize, usize)> = candidates
         .iter()
         .zip(matched)
-        .map(|(&i, &blocks)| {
-            let uncached = key.prompt_tokens.saturating_sub(blocks as u64 * key.block_size);
-            (estimate.ttft_us(&replicas[i], uncached, context), blocks, i)
+        .zip(&uncached)
+        .map(|((&i, &blocks), &uncached)| {
+            let recomputed = (uncached - least_uncached) as f64 * choice.recompute_us_per_token;
+            (estimate.ttft_us(&replicas[i], uncached, context) + recomputed, blocks, i)
         })
         .collect();
     let best = scored.iter().map(|s| s.0).fold(f64::INFINITY, f64::min);
@@ -125,9 +144,13 @@ pub fn fastest(
     Some(ties[choice.ties.below(ties.len())])
 }
 
-/// What [`fastest`] weighs a request by: its prompt, the TTFT estimate and the tie-breaker.
+/// What [`fastest`] weighs a request by: its prompt, the TTFT estimate, the cost of
+/// recomputing a prefix another candidate holds, and the tie-breaker.
 pub struct Choice<'a> {
     pub key: &'a PromptKey,
     pub estimate: &'a dyn TtftEstimate,
+    /// Microseconds charged per prompt token a candidate would prefill beyond the
+    /// best-cached candidate: the requests queued behind a miss pay for its prefill too.
+    pub recompute_us_per_token: f64,
     pub ties: &'a Draws,
 }

@@ -9,7 +9,7 @@ use prometheus::Registry;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::affinity::session_places;
+use super::affinity::{LoadBound, session_places};
 use super::index::{BlockIndex, ENTRY_BYTES};
 use super::policy::PrefixAware;
 use super::{PrefixRouter, PromptKey, PromptPick, hash_bytes};
@@ -69,13 +69,16 @@ fn matches_are_per_replica_and_stop_at_the_first_missing_block() {
     assert_eq!(index.matched(&["a", "b"], &[1, 2, 3]), vec![0, 3]);
 }
 
+/// The default bound of a conversation's later turns.
+const LOOSE: LoadBound = LoadBound::Loose { factor: 1.25 };
+
 /// Where bounded load alone sends `session` (factor 1.25).
 fn bounded(
     set: &[Arc<crate::gateway::pick::Replica>],
     candidates: &[usize],
     session: u64,
 ) -> usize {
-    session_places(set, candidates, session, 1.25).unwrap().bounded
+    session_places(set, candidates, session, LOOSE).unwrap().bounded
 }
 
 #[test]
@@ -125,7 +128,7 @@ fn a_session_leaves_its_overloaded_home_only_when_a_miss_elsewhere_is_faster_the
     let mut headers = HeaderMap::new();
     headers.insert("x-session-id", "conversation-7".parse().unwrap());
     let all: Vec<usize> = (0..4).collect();
-    let home = session_places(&set, &all, hash_bytes(b"conversation-7"), 1.25).unwrap().home;
+    let home = session_places(&set, &all, hash_bytes(b"conversation-7"), LOOSE).unwrap().home;
     let pick = |key: &PromptKey| {
         let prompt = PromptPick { key, router: &router, config: &config };
         PrefixAware::new(5).pick_prompt(&set, &context(), &prompt).unwrap()
@@ -154,7 +157,7 @@ fn a_session_leaves_its_overloaded_home_only_when_a_miss_elsewhere_is_faster_the
     // Another session sending the same prompt is not drawn there: it goes to its own home.
     let mut other = HeaderMap::new();
     other.insert("x-session-id", "conversation-8".parse().unwrap());
-    let other_home = session_places(&set, &all, hash_bytes(b"conversation-8"), 1.25).unwrap().home;
+    let other_home = session_places(&set, &all, hash_bytes(b"conversation-8"), LOOSE).unwrap().home;
     assert_eq!(pick(&key(1, 2000, 1, 48, &other)), other_home);
 }
 
@@ -198,22 +201,28 @@ fn a_hot_prefix_spreads_over_every_replica_when_its_own_melts() {
 }
 
 #[test]
-fn a_cached_replica_loses_the_request_once_its_queue_outweighs_the_saved_prefill() {
-    let set = replicas(2);
-    let router = Arc::new(PrefixRouter::new(&PrefixConfig::default(), &Registry::new()));
-    let config = PrefixConfig::default();
-    let first = key(1, 2000, 0, 16, &HeaderMap::new());
-    router.place(&set[0], &first).prefill_done();
-    let second = key(1, 2000, 1, 16, &HeaderMap::new());
-    let prompt = PromptPick { key: &second, router: &router, config: &config };
-    // The hit saves 125 blocks (2000 tokens) of prefill at 75 us: 150 ms.
-    set[0].load.prefill_owed_tokens.store(1900, Ordering::Relaxed);
-    for _ in 0..20 {
-        assert_eq!(PrefixAware::new(5).pick_prompt(&set, &context(), &prompt), Some(0));
-    }
-    set[0].load.prefill_owed_tokens.store(2100, Ordering::Relaxed);
-    for _ in 0..20 {
-        assert_eq!(PrefixAware::new(5).pick_prompt(&set, &context(), &prompt), Some(1));
+fn a_cached_replica_loses_the_request_once_its_queue_outweighs_the_saved_prefill_and_its_cost() {
+    // The hit saves 125 blocks (2000 tokens) of prefill at 75 us: 150 ms of this request's
+    // TTFT, plus as much again (weight 1, the default) for the requests that would queue
+    // behind the miss. Weight 0 weighs the TTFT alone.
+    for (weight, switch_at) in [(0.0, 2000), (1.0, 4000), (2.5, 7000)] {
+        let set = replicas(2);
+        let config = PrefixConfig { recompute_weight: weight, ..PrefixConfig::default() };
+        let router = Arc::new(PrefixRouter::new(&config, &Registry::new()));
+        let first = key(1, 2000, 0, 16, &HeaderMap::new());
+        router.place(&set[0], &first).prefill_done();
+        let second = key(1, 2000, 1, 16, &HeaderMap::new());
+        let prompt = PromptPick { key: &second, router: &router, config: &config };
+        set[0].load.prefill_owed_tokens.store(switch_at - 100, Ordering::Relaxed);
+        for seed in 0..20 {
+            let chosen = PrefixAware::new(seed).pick_prompt(&set, &context(), &prompt);
+            assert_eq!(chosen, Some(0), "weight {weight}: the hit is still worth it");
+        }
+        set[0].load.prefill_owed_tokens.store(switch_at + 100, Ordering::Relaxed);
+        for seed in 0..20 {
+            let chosen = PrefixAware::new(seed).pick_prompt(&set, &context(), &prompt);
+            assert_eq!(chosen, Some(1), "weight {weight}: the queue outweighs the hit");
+        }
     }
 }
 
@@ -281,4 +290,77 @@ fn owed_prefill_is_released_once() {
     feedback.prefill_done();
     drop(feedback);
     assert_eq!(set[0].load.prefill_owed_tokens(), 0);
+}
+
+/// Turn `turns` of conversation `conversation`: its earlier user messages (64 tokens
+/// each) and answers, then a new user message; the session id in `x-session-id`.
+fn conversation_turn(conversation: u64, turns: u64) -> PromptKey {
+    let text = |n: u64| synthetic_text(64, &mut StdRng::seed_from_u64(conversation * 100 + n));
+    let mut messages = Vec::new();
+    for turn in 0..turns {
+        messages.push(serde_json::json!({"role": "user", "content": text(2 * turn)}));
+        if turn + 1 < turns {
+            messages.push(serde_json::json!({"role": "assistant", "content": text(2 * turn + 1)}));
+        }
+    }
+    let body = serde_json::json!({ "messages": messages });
+    let request = InferenceRequest::parse(Endpoint::Chat, body.to_string().as_bytes()).unwrap();
+    let mut headers = HeaderMap::new();
+    headers.insert("x-session-id", format!("conversation-{conversation}").parse().unwrap());
+    PromptKey::new(&request, &headers, &PrefixConfig::default())
+}
+
+#[test]
+fn conversations_opened_at_once_spread_evenly_and_their_next_turns_follow() {
+    let set = replicas(4);
+    let all: Vec<usize> = (0..4).collect();
+    let config = PrefixConfig::default();
+    let router = Arc::new(PrefixRouter::new(&config, &Registry::new()));
+    let pick = |key: &PromptKey| {
+        let prompt = PromptPick { key, router: &router, config: &config };
+        PrefixAware::new(5).pick_prompt(&set, &context(), &prompt).unwrap()
+    };
+    // Sixteen conversations whose rendezvous home is the same replica, opened at once:
+    // none has anything cached, and each first turn stays in flight.
+    let home_of = |c: u64| {
+        let session = hash_bytes(format!("conversation-{c}").as_bytes());
+        session_places(&set, &all, session, LOOSE).unwrap().home
+    };
+    let conversations: Vec<u64> = (0..1000).filter(|&c| home_of(c) == 0).take(16).collect();
+    assert_eq!(conversations.len(), 16);
+    let mut first_turns = Vec::new();
+    let mut per_replica = [0; 4];
+    for &c in &conversations {
+        let key = conversation_turn(c, 1);
+        assert!(key.opens_conversation);
+        let chosen = pick(&key);
+        per_replica[chosen] += 1;
+        set[chosen].load.in_flight.fetch_add(1, Ordering::Relaxed);
+        first_turns.push((chosen, router.place(&set[chosen], &key)));
+    }
+    assert_eq!(per_replica, [4, 4, 4, 4], "an even share each, home or not");
+    // The first turns end. Each second turn (the first one's messages, an answer and a new
+    // question) follows its conversation to where it is cached, idle home or not.
+    for (chosen, mut feedback) in first_turns.iter_mut().map(|(c, f)| (*c, f)) {
+        feedback.prefill_done();
+        set[chosen].load.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+    for (&c, (was, _)) in conversations.iter().zip(&first_turns) {
+        let key = conversation_turn(c, 2);
+        assert!(!key.opens_conversation);
+        assert_eq!(pick(&key), *was, "conversation {c}");
+    }
+    // Under the loose bound of later turns, the same sixteen would have piled up at home
+    // (1.25 * mean + 1 lets a replica take six of sixteen).
+    for replica in &set {
+        replica.load.in_flight.store(0, Ordering::Relaxed);
+    }
+    let mut at_home = 0;
+    for &c in &conversations {
+        let session = hash_bytes(format!("conversation-{c}").as_bytes());
+        let bounded = session_places(&set, &all, session, LOOSE).unwrap().bounded;
+        at_home += usize::from(bounded == 0);
+        set[bounded].load.in_flight.fetch_add(1, Ordering::Relaxed);
+    }
+    assert!(at_home > 4, "{at_home} of 16 at home under the loose bound");
 }
