@@ -8,8 +8,11 @@
 //!    request's cached prompt tokens are not prefilled: its prefill starts after them.
 //! 2. The step's token budget is `max_num_batched_tokens`: every decoding sequence takes one
 //!    token, the rest goes to prefill chunks of the running sequences in admission order
-//!    (chunked prefill). A sequence samples its first token at the end of the step that
-//!    finishes its prompt, and one more token per step after that.
+//!    (chunked prefill). A sequence looks the cache up again when it is scheduled its first
+//!    chunk (where vLLM schedules a waiting request), and each chunk's full blocks are
+//!    cached as it is scheduled, so a request scheduled after another in the same step
+//!    hits the blocks that one is computing. A sequence samples its first token at the end
+//!    of the step that finishes its prompt, and one more token per step after that.
 //!
 //! # Step time (simulated)
 //! ```text
@@ -81,6 +84,8 @@ struct Sequence {
     block_hashes: Vec<u64>,
     blocks: SequenceBlocks,
     cached_tokens: u64,
+    /// It has been scheduled a prompt chunk (and has looked the cache up again).
+    scheduled: bool,
 }
 
 impl Sequence {
@@ -128,7 +133,7 @@ impl Engine {
                 waiting.pop_front();
                 continue;
             }
-            let plan = self.plan_step(&running);
+            let plan = self.plan_step(&mut running, &mut kv);
             let factor = self.faults.borrow().step_factor();
             let step_end = step_start.plus_us(plan.cost_us * factor);
             let mut stop = self.stop.clone();
@@ -171,8 +176,10 @@ impl Engine {
         self.publish_load(waiting, running.len(), kv.used_tokens());
     }
 
-    /// Decides what each running sequence does this step and what the step costs.
-    fn plan_step(&self, running: &[Sequence]) -> StepPlan {
+    /// Decides what each running sequence does this step and what the step costs; a
+    /// sequence scheduled its first chunk extends its hit, and each chunk's full blocks are
+    /// cached.
+    fn plan_step(&self, running: &mut [Sequence], kv: &mut KvCache) -> StepPlan {
         let profile = &self.profile;
         let decoding = running.iter().filter(|s| s.is_decoding()).count() as u64;
         let mut budget = profile.max_num_batched_tokens.saturating_sub(decoding);
@@ -188,7 +195,16 @@ impl Engine {
             if budget == 0 {
                 continue;
             }
+            if !sequence.scheduled {
+                sequence.scheduled = true;
+                let found = kv.extend_hit(&mut sequence.blocks, sequence.prompt_tokens);
+                sequence.cached_tokens += found;
+                sequence.prefilled += found;
+                self.metrics.prefix_cache_hits.inc_by(found);
+                self.metrics.prompt_tokens.inc_by(found);
+            }
             let size = (sequence.prompt_tokens - sequence.prefilled).min(budget);
+            kv.prefilled(&mut sequence.blocks, sequence.prefilled + size);
             budget -= size;
             *chunk = size;
             let pairs = size as f64 * (sequence.prefilled as f64 + size as f64 / 2.0);
@@ -210,8 +226,7 @@ impl Engine {
         StepPlan { chunks, cost_us }
     }
 
-    /// Applies a finished step: advances prefills (caching the prompt blocks computed),
-    /// hands out tokens, retires finished and abandoned sequences (freeing their KV).
+    /// Applies a finished step: advances prefills, hands out tokens, retires finished and abandoned sequences (freeing their KV).
     fn finish_step(
         &self,
         running: &mut Vec<Sequence>,
@@ -232,9 +247,6 @@ impl Engine {
             }
             sequence.prefilled += chunk;
             prefilled_total += chunk;
-            if chunk > 0 {
-                kv.prefilled(&mut sequence.blocks, sequence.prefilled);
-            }
             if !sequence.is_decoding() {
                 return true;
             }
@@ -291,6 +303,7 @@ fn enqueue(
         block_hashes: request.block_hashes,
         blocks: SequenceBlocks::default(),
         cached_tokens: 0,
+        scheduled: false,
     });
     step_start.max(request.ready_at)
 }

@@ -3,9 +3,11 @@
 //!
 //! # Accounting
 //! A request is admitted when its reservation fits: `prompt + max_tokens` tokens, less the
-//! prompt blocks it finds cached (those are shared, only referenced). As its prefill
-//! computes full prompt blocks, they move from its private reservation into the prefix
-//! cache, still referenced by it; when it ends, its private tokens are freed and its blocks
+//! prompt blocks it finds cached (those are shared, only referenced). When its first chunk
+//! is scheduled it looks again, and references the blocks cached since. As each chunk is
+//! scheduled, the full prompt blocks it covers move from its private reservation into the
+//! prefix cache, still referenced by it (vLLM caches a block when it allocates it, so a
+//! request scheduled later in the same step already hits it); when it ends, its private tokens are freed and its blocks
 //! become evictable. Cached blocks that nothing references do not block admission: they are
 //! evicted (least recently released first) to make room. So at every moment
 //! `private + 16 x cached_blocks <= capacity`, and the usage reported (vLLM's
@@ -88,8 +90,30 @@ impl KvCache {
         Some(Admission { blocks, cached_tokens })
     }
 
-    /// Moves the full prompt blocks a request has computed (its first `prefilled` tokens)
-    /// into the prefix cache.
+    /// Extends a request's hit, as it is scheduled its first prompt chunk, with the leading
+    /// blocks cached since its admission, those another request is computing in this very
+    /// step included (vLLM caches a full block when it allocates it, "so that the block can
+    /// be reused by other requests in the same batch"). Returns the prompt tokens added.
+    pub fn extend_hit(&mut self, blocks: &mut SequenceBlocks, prompt: u64) -> u64 {
+        let Some(cache) = &mut self.prefix else { return 0 };
+        let max_hit = (prompt.saturating_sub(1) / self.block_size) as usize;
+        let hit = cache.longest_hit(&blocks.hashes, max_hit);
+        if hit <= blocks.settled || blocks.held.len() != blocks.settled {
+            return 0;
+        }
+        let found = &blocks.hashes[blocks.settled..hit];
+        cache.acquire(found);
+        blocks.held.extend_from_slice(found);
+        let tokens = found.len() as u64 * self.block_size;
+        blocks.settled = hit;
+        // Referencing cached blocks never takes more room than the private tokens freed.
+        blocks.private -= tokens;
+        self.private -= tokens;
+        tokens
+    }
+
+    /// Moves the full prompt blocks a request computes up to `prefilled` tokens into the
+    /// prefix cache, as its chunk is scheduled.
     pub fn prefilled(&mut self, blocks: &mut SequenceBlocks, prefilled: u64) {
         let Some(cache) = &mut self.prefix else { return };
         let full = ((prefilled / self.block_size) as usize).min(blocks.hashes.len());
@@ -211,6 +235,31 @@ mod tests {
         let shared = kv.admit(&a, 64, 16).unwrap();
         assert_eq!(shared.cached_tokens, 48);
         assert_eq!(kv.used_tokens(), 80 + (64 - 48 + 16));
+    }
+
+    #[test]
+    fn a_request_admitted_beside_another_hits_the_blocks_that_one_is_scheduled_to_compute() {
+        let mut kv = cache(1000);
+        let a = prompt(0, 100);
+        let mut first = kv.admit(&a, 100, 10).unwrap();
+        let mut second = kv.admit(&a, 100, 10).unwrap();
+        assert_eq!((first.cached_tokens, second.cached_tokens), (0, 0), "nothing cached yet");
+        assert_eq!(kv.used_tokens(), 220);
+        // The first is scheduled a 40-token chunk: its two full blocks are cached at once.
+        kv.prefilled(&mut first.blocks, 40);
+        assert_eq!(kv.extend_hit(&mut second.blocks, 100), 32);
+        assert_eq!(kv.used_tokens(), 220 - 32, "shared blocks are held once");
+        // Both compute the rest: the blocks the first caches are the second's own copies.
+        kv.prefilled(&mut first.blocks, 100);
+        kv.prefilled(&mut second.blocks, 100);
+        kv.release(first.blocks);
+        kv.release(second.blocks);
+        assert_eq!((kv.used_tokens(), kv.cached_blocks()), (0, 6));
+        // Scheduled later, a request gets every cached block up to its last token's.
+        let mut third = kv.admit(&prompt(0, 96), 96, 10).unwrap();
+        assert_eq!(third.cached_tokens, 80, "capped before the last token");
+        assert_eq!(kv.extend_hit(&mut third.blocks, 96), 0);
+        kv.release(third.blocks);
     }
 
     #[test]

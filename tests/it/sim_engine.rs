@@ -40,17 +40,25 @@ fn start(profile: EngineProfile) -> Harness {
 }
 
 fn submit(harness: &Harness, prompt: u64, max_tokens: u64) -> mpsc::Receiver<TokenBatch> {
+    submit_blocks(harness, prompt, max_tokens, Vec::new())
+}
+
+/// Submits a request whose prompt's full blocks hash to `block_hashes`.
+fn submit_blocks(
+    harness: &Harness,
+    prompt: u64,
+    max_tokens: u64,
+    block_hashes: Vec<u64>,
+) -> mpsc::Receiver<TokenBatch> {
     let (tokens, receiver) = mpsc::channel(max_tokens as usize + 1);
-    harness
-        .inbox
-        .send(EngineRequest {
-            prompt_tokens: prompt,
-            max_tokens,
-            block_hashes: Vec::new(),
-            ready_at: SimTime(0),
-            tokens,
-        })
-        .unwrap();
+    let request = EngineRequest {
+        prompt_tokens: prompt,
+        max_tokens,
+        block_hashes,
+        ready_at: SimTime(0),
+        tokens,
+    };
+    harness.inbox.send(request).unwrap();
     receiver
 }
 
@@ -122,4 +130,30 @@ async fn a_full_kv_cache_makes_requests_wait_and_aborts_free_it() {
     drop(abandoned);
     let next = token_times(submit(&harness, 100, 100)).await;
     assert_eq!(next.len(), 100);
+}
+
+/// The first batch of a request: when its first token came and its cached prompt tokens.
+async fn first_batch(mut receiver: mpsc::Receiver<TokenBatch>) -> (f64, u64) {
+    let batch = receiver.recv().await.unwrap();
+    (batch.at.0 as f64 / 1000.0, batch.cached_tokens)
+}
+
+#[tokio::test]
+async fn requests_scheduled_in_one_step_share_the_prefix_one_of_them_computes() {
+    // Three requests on one 3,000-token prompt arrive together. Step 1's budget (2,048
+    // tokens) all goes to the first one's first chunk; step 2 schedules its last 952
+    // tokens, then the two others. As in vLLM, blocks are cached as they are scheduled, so
+    // the two others hit every block up to their last token's (floor(2999 / 16) = 187
+    // blocks), the 59 the first is computing in that same step included, and the three
+    // first tokens come at the end of step 2.
+    let harness = start(tiny());
+    let hashes = laneway::prompt_tokens::block_hashes(&(0..3000).collect::<Vec<u64>>(), 16);
+    let first = submit_blocks(&harness, 3000, 2, hashes.clone());
+    let second = submit_blocks(&harness, 3000, 2, hashes.clone());
+    let third = submit_blocks(&harness, 3000, 2, hashes);
+    let first = first_batch(first).await;
+    let second = first_batch(second).await;
+    let third = first_batch(third).await;
+    assert_eq!([first.1, second.1, third.1], [0, 187 * 16, 187 * 16]);
+    assert!(close(first.0, second.0) && close(first.0, third.0), "{first:?} {second:?} {third:?}");
 }
