@@ -341,9 +341,9 @@ fn conversations_opened_at_once_spread_evenly_and_their_next_turns_follow() {
     assert_eq!(per_replica, [4, 4, 4, 4], "an even share each, home or not");
     // The first turns end. Each second turn (the first one's messages, an answer and a new
     // question) follows its conversation to where it is cached, idle home or not.
-    for (chosen, mut feedback) in first_turns.iter_mut().map(|(c, f)| (*c, f)) {
+    for (chosen, feedback) in &mut first_turns {
         feedback.prefill_done();
-        set[chosen].load.in_flight.fetch_sub(1, Ordering::Relaxed);
+        set[*chosen].load.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
     for (&c, (was, _)) in conversations.iter().zip(&first_turns) {
         let key = conversation_turn(c, 2);
