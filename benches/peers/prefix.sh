@@ -21,7 +21,12 @@
 # `laneway-prefix-baseline`; several binaries, space-separated, add one target each, named
 # `laneway-prefix-` and the binary's file name.
 
+# PREFIX_PEERS picks the other targets among `lq sglang vllm-ca vllm-ch hr hh` (default all);
+# PREFIX_SCALE=N runs N times the requests of each case (longer runs: less of each is cold).
+
 PREFIX_PROFILE="${PREFIX_PROFILE:-h20-tp4-80k}"
+PREFIX_PEERS="${PREFIX_PEERS:-lq sglang vllm-ca vllm-ch hr hh}"
+PREFIX_SCALE="${PREFIX_SCALE:-1}"
 PREFIX_WORKLOADS="${PREFIX_WORKLOADS:-sp mt hot}"
 PREFIX_BASELINE="${PREFIX_BASELINE:-}"
 
@@ -71,12 +76,19 @@ start_prefix_peers() {
         start_laneway_tp4x4 "$name" prefix_aware "$binary"
         n=$((n + 1))
     done
-    start_fleet_tp4x4 "$speed" lq; start_laneway_tp4x4 laneway-lq least_queue
-    start_fleet_tp4x4 "$speed" sc; start_router_on sglang cache_aware "${FLEET4[@]}"
-    start_fleet_tp4x4 "$speed" vc; start_router_on vllm cache_aware "${FLEET4[@]}"
-    start_fleet_tp4x4 "$speed" vh; start_router_on vllm consistent_hash "${FLEET4[@]}"
-    start_fleet_tp4x4 "$speed" hr; start_haproxy_on haproxy-rr-nd roundrobin keepalive nodelay "${FLEET4[@]}"
-    start_fleet_tp4x4 "$speed" hh; start_haproxy_on haproxy-hdr-nd "hdr(x-session-id)" keepalive nodelay "${FLEET4[@]}"
+    local peer
+    for peer in $PREFIX_PEERS; do
+        start_fleet_tp4x4 "$speed" "$peer"
+        case "$peer" in
+            lq) start_laneway_tp4x4 laneway-lq least_queue ;;
+            sglang) start_router_on sglang cache_aware "${FLEET4[@]}" ;;
+            vllm-ca) start_router_on vllm cache_aware "${FLEET4[@]}" ;;
+            vllm-ch) start_router_on vllm consistent_hash "${FLEET4[@]}" ;;
+            hr) start_haproxy_on haproxy-rr-nd roundrobin keepalive nodelay "${FLEET4[@]}" ;;
+            hh) start_haproxy_on haproxy-hdr-nd "hdr(x-session-id)" keepalive nodelay "${FLEET4[@]}" ;;
+            *) log "PREFIX_PEERS: unknown peer $peer"; exit 2 ;;
+        esac
+    done
     log "targets (fleets: $PREFIX_PROFILE, speed $speed): ${TARGETS[*]}"
 }
 
@@ -85,6 +97,7 @@ part_prefix() {
     # 2 s and TPOT 50 ms of simulated time.
     local speed=2 sp=240 mt=288 hot=240 clients=48
     [[ $QUICK -eq 1 ]] && { speed=4; sp=96; mt=96; hot=96; clients=32; }
+    sp=$((sp * PREFIX_SCALE)); mt=$((mt * PREFIX_SCALE)); hot=$((hot * PREFIX_SCALE))
     local slo=(--goodput ttft:1000 tpot:25)
     {
         echo -e "## Prefix-cache and session-aware routing (TP4x4, $PREFIX_PROFILE, fleet speed x$speed)\n"

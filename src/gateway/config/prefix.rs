@@ -35,9 +35,9 @@ pub struct PrefixConfig {
     pub prefill_us_per_token: f64,
     /// The TTFT estimate's cost per request already on a replica.
     pub request_us: f64,
-    /// How much the prefill a candidate would recompute, beyond what the best-cached
-    /// candidate recomputes, counts on top of its own TTFT: the requests that queue behind
-    /// a miss pay for it too. 0 compares TTFT estimates alone.
+    /// While the best-cached copy of a prompt is still being computed, how much the prefill
+    /// a candidate would recompute beyond it counts on top of its own TTFT: the requests
+    /// that queue behind the duplicate pay for it too. 0 compares TTFT estimates alone.
     pub recompute_weight: f64,
 }
 

@@ -19,13 +19,24 @@ use super::PrefixRouter;
 use super::index::Placed;
 use crate::gateway::pick::replica::Replica;
 
+/// What a placement expects of its replica.
+pub struct Prediction {
+    /// What the index held before.
+    pub placed: Placed,
+    /// The block hashes this request computes (the index had none of them there).
+    pub created: Vec<u64>,
+    pub block_size: u64,
+    /// Tokens added to the replica's owed prefill, released at the first token.
+    pub owed: u64,
+}
+
 /// One request's prediction, until its replica reports.
 pub struct PrefixFeedback {
     router: Arc<PrefixRouter>,
     replica: Arc<Replica>,
     placed: Placed,
+    created: Vec<u64>,
     block_size: u64,
-    /// Tokens added to the replica's owed prefill, released at the first token.
     owed: u64,
     prefill_pending: bool,
 }
@@ -34,11 +45,10 @@ impl PrefixFeedback {
     pub(super) fn new(
         router: Arc<PrefixRouter>,
         replica: Arc<Replica>,
-        placed: Placed,
-        block_size: u64,
-        owed: u64,
+        prediction: Prediction,
     ) -> Self {
-        Self { router, replica, placed, block_size, owed, prefill_pending: true }
+        let Prediction { placed, created, block_size, owed } = prediction;
+        Self { router, replica, placed, created, block_size, owed, prefill_pending: true }
     }
 
     /// Tokens the index predicted as cached.
@@ -54,6 +64,7 @@ impl PrefixFeedback {
         let owed = std::mem::take(&mut self.owed);
         self.replica.load.prefill_owed_tokens.fetch_sub(owed, Ordering::Relaxed);
         self.router.index.settle(&self.replica.name, self.placed.last_tick);
+        self.router.index.computed(&self.replica.name, &std::mem::take(&mut self.created));
     }
 
     /// The replica reported `cached_tokens` for this request.

@@ -8,6 +8,12 @@
 //! hundred map probes, microseconds, never across an await. One `parking_lot` mutex keeps
 //! the LRU order exact without the cost of a concurrent map per probe.
 //!
+//! # Blocks still being computed
+//! An entry made by a placement whose prefill has not finished is marked computing (the
+//! top bit of its tick); the placement's first token clears the mark ([`BlockIndex::computed`]).
+//! A copy still being computed is worth waiting for, since recomputing it elsewhere only
+//! duplicates work in flight; a computed one is worth copying when its replica is busy.
+//!
 //! # Order within a prompt
 //! A prompt's blocks are stamped tail first, so its head is the most recently used: when
 //! the budget bites, a prompt loses its tail before its head, as a replica's cache frees
@@ -27,6 +33,22 @@ pub const ENTRY_BYTES: usize = 64;
 
 /// A replica's number inside the index (names are kept once, not per entry).
 type Slot = u16;
+
+/// The mark of an entry whose placing request has not finished its prefill.
+const COMPUTING: u64 = 1 << 63;
+
+fn tick_of(value: u64) -> u64 {
+    value & !COMPUTING
+}
+
+/// What one replica is expected to hold of a prompt.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Held {
+    /// Leading blocks.
+    pub blocks: usize,
+    /// The last of them is still being computed by the request that placed it.
+    pub computing: bool,
+}
 
 /// What the index held for a prompt on one replica just before it was placed there.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -86,23 +108,29 @@ impl BlockIndex {
 
     /// For each of `replicas`, how many leading `hashes` it is expected to hold.
     pub fn matched(&self, replicas: &[&str], hashes: &[u64]) -> Vec<usize> {
+        self.lookup(replicas, hashes).iter().map(|held| held.blocks).collect()
+    }
+
+    /// For each of `replicas`, the leading `hashes` it is expected to hold, and whether the
+    /// last of them is still being computed.
+    pub fn lookup(&self, replicas: &[&str], hashes: &[u64]) -> Vec<Held> {
         let inner = self.inner.lock();
         let slots: Vec<Option<Slot>> =
             replicas.iter().map(|name| inner.slots.get(*name).copied()).collect();
-        let mut counts = vec![0; replicas.len()];
+        let mut held = vec![Held::default(); replicas.len()];
         let mut alive: Vec<usize> = (0..replicas.len()).filter(|&i| slots[i].is_some()).collect();
         for &hash in hashes {
             alive.retain(|&i| {
                 let slot = slots[i].expect("only known slots are alive");
-                let held = inner.entries.contains_key(&(hash, slot));
-                counts[i] += usize::from(held);
-                held
+                let Some(&value) = inner.entries.get(&(hash, slot)) else { return false };
+                held[i] = Held { blocks: held[i].blocks + 1, computing: value & COMPUTING != 0 };
+                true
             });
             if alive.is_empty() {
                 break;
             }
         }
-        counts
+        held
     }
 
     /// Records that `replica` is computing (so will cache) every block of `hashes`; returns
@@ -112,8 +140,10 @@ impl BlockIndex {
         let capacity = self.capacity_entries.load(Ordering::Relaxed);
         let mut inner = self.inner.lock();
         let Some(slot) = inner.slot(replica) else { return Placed::default() };
-        let previous_ticks: Vec<u64> =
-            hashes.iter().map_while(|hash| inner.entries.get(&(*hash, slot)).copied()).collect();
+        let previous_ticks: Vec<u64> = hashes
+            .iter()
+            .map_while(|hash| inner.entries.get(&(*hash, slot)).map(|&value| tick_of(value)))
+            .collect();
         let settled = inner.settled[slot as usize];
         let Inner { entries, orders, tick, .. } = &mut *inner;
         let order = &mut orders[slot as usize];
@@ -121,11 +151,12 @@ impl BlockIndex {
             *tick += 1;
             match entries.entry((hash, slot)) {
                 Entry::Occupied(mut held) => {
-                    order.remove(held.get());
-                    held.insert(*tick);
+                    order.remove(&tick_of(*held.get()));
+                    let computing = *held.get() & COMPUTING;
+                    held.insert(*tick | computing);
                 }
                 Entry::Vacant(free) => {
-                    free.insert(*tick);
+                    free.insert(*tick | COMPUTING);
                 }
             }
             order.insert(*tick, hash);
@@ -142,6 +173,18 @@ impl BlockIndex {
         if let Some(&slot) = inner.slots.get(replica) {
             let settled = &mut inner.settled[slot as usize];
             *settled = (*settled).max(tick);
+        }
+    }
+
+    /// The request that placed `hashes` on `replica` finished its prefill: those blocks
+    /// are computed.
+    pub fn computed(&self, replica: &str, hashes: &[u64]) {
+        let mut inner = self.inner.lock();
+        let Some(&slot) = inner.slots.get(replica) else { return };
+        for hash in hashes {
+            if let Some(value) = inner.entries.get_mut(&(*hash, slot)) {
+                *value &= !COMPUTING;
+            }
         }
     }
 

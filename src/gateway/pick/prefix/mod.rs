@@ -27,7 +27,7 @@ use crate::gateway::config::PrefixConfig;
 use crate::openai::{InferenceRequest, PromptInput};
 use crate::prompt_tokens::{block_hashes, mix, prompt_token_ids};
 
-pub use feedback::PrefixFeedback;
+pub use feedback::{Prediction, PrefixFeedback};
 pub use index::BlockIndex;
 pub use sessions::SessionMemory;
 pub use ttft::{QueueTtft, TtftEstimate};
@@ -143,13 +143,15 @@ impl PrefixRouter {
             self.sessions.remember(session, hash_bytes(replica.name.as_bytes()));
         }
         let mut placed = self.index.insert(&replica.name, &key.hashes);
+        let created = key.hashes[placed.matched.min(key.hashes.len())..].to_vec();
         placed.matched = placed.matched.min(key.max_hit_blocks);
         placed.previous_ticks.truncate(placed.matched);
         self.metrics.index_bytes.set(self.index.bytes() as i64);
         let cached = placed.matched as u64 * key.block_size;
         let owed = key.prompt_tokens.saturating_sub(cached);
         replica.load.prefill_owed_tokens.fetch_add(owed, Ordering::Relaxed);
-        PrefixFeedback::new(self.clone(), replica.clone(), placed, key.block_size, owed)
+        let prediction = Prediction { placed, created, block_size: key.block_size, owed };
+        PrefixFeedback::new(self.clone(), replica.clone(), prediction)
     }
 
     /// The predicted and reported cached tokens counted so far.

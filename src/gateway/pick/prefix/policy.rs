@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use super::affinity::{LoadBound, session_places};
 use super::hash_bytes;
+use super::index::Held;
 use super::ttft::{QueueTtft, TtftEstimate};
 use super::{PromptKey, PromptPick};
 use crate::gateway::pick::draw::Draws;
@@ -94,7 +95,7 @@ impl Policy for PrefixAware {
             candidates = contenders;
         }
         let names: Vec<&str> = candidates.iter().map(|&i| replicas[i].name.as_str()).collect();
-        let matched = prompt.router.index.matched(&names, prompt.key.hittable());
+        let held = prompt.router.index.lookup(&names, prompt.key.hittable());
         let estimate = QueueTtft {
             prefill_us_per_token: prompt.config.prefill_us_per_token,
             request_us: prompt.config.request_us,
@@ -107,34 +108,40 @@ impl Policy for PrefixAware {
             recompute_us_per_token,
             ties: &self.ties,
         };
-        fastest(replicas, &candidates, &matched, &chosen, context)
+        fastest(replicas, &candidates, &held, &chosen, context)
     }
 }
 
-/// The candidate with the lowest cost: its estimated TTFT given its `matched` blocks, plus
-/// the prefill it would recompute beyond the best-cached candidate's, at
-/// `recompute_us_per_token`. Ties go to the longest hit, then to chance (so an idle fleet
-/// spreads new prefixes).
+/// The candidate with the lowest cost: its estimated TTFT given what it `held`, plus, while
+/// the best-cached copy is still being computed, the prefill a candidate would recompute
+/// beyond it, at `recompute_us_per_token` (recomputing a copy in flight duplicates work the
+/// requests queued behind pay for; copying a computed one buys a second place to hit).
+/// Ties go to the longest hit, then to chance (so an idle fleet spreads new prefixes).
 pub fn fastest(
     replicas: &[Arc<Replica>],
     candidates: &[usize],
-    matched: &[usize],
+    held: &[Held],
     choice: &Choice<'_>,
     context: &PickContext,
 ) -> Option<usize> {
     let (key, estimate) = (choice.key, choice.estimate);
-    let uncached: Vec<u64> = matched
-        .iter()
-        .map(|&blocks| key.prompt_tokens.saturating_sub(blocks as u64 * key.block_size))
-        .collect();
-    let least_uncached = uncached.iter().copied().min()?;
+    let uncached =
+        |held: &Held| key.prompt_tokens.saturating_sub(held.blocks as u64 * key.block_size);
+    let most = held.iter().map(|h| h.blocks).max()?;
+    let best: Vec<&Held> = held.iter().filter(|h| h.blocks == most).collect();
+    let recompute_us_per_token = if most > 0 && best.iter().all(|h| h.computing) {
+        choice.recompute_us_per_token
+    } else {
+        0.0
+    };
+    let least_uncached = uncached(best[0]);
     let scored: Vec<(f64, usize, usize)> = candidates
         .iter()
-        .zip(matched)
-        .zip(&uncached)
-        .map(|((&i, &blocks), &uncached)| {
-            let recomputed = (uncached - least_uncached) as f64 * choice.recompute_us_per_token;
-            (estimate.ttft_us(&replicas[i], uncached, context) + recomputed, blocks, i)
+        .zip(held)
+        .map(|(&i, held)| {
+            let uncached = uncached(held);
+            let recomputed = (uncached - least_uncached) as f64 * recompute_us_per_token;
+            (estimate.ttft_us(&replicas[i], uncached, context) + recomputed, held.blocks, i)
         })
         .collect();
     let best = scored.iter().map(|s| s.0).fold(f64::INFINITY, f64::min);
@@ -150,7 +157,7 @@ pub struct Choice<'a> {
     pub key: &'a PromptKey,
     pub estimate: &'a dyn TtftEstimate,
     /// Microseconds charged per prompt token a candidate would prefill beyond the
-    /// best-cached candidate: the requests queued behind a miss pay for its prefill too.
+    /// best-cached candidate while that copy is still being computed.
     pub recompute_us_per_token: f64,
     pub ties: &'a Draws,
 }

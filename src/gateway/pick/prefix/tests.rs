@@ -201,29 +201,55 @@ fn a_hot_prefix_spreads_over_every_replica_when_its_own_melts() {
 }
 
 #[test]
-fn a_cached_replica_loses_the_request_once_its_queue_outweighs_the_saved_prefill_and_its_cost() {
+fn a_cached_replica_loses_the_request_once_its_queue_outweighs_the_saved_prefill() {
     // The hit saves 125 blocks (2000 tokens) of prefill at 75 us: 150 ms of this request's
-    // TTFT, plus as much again (weight 1, the default) for the requests that would queue
-    // behind the miss. Weight 0 weighs the TTFT alone.
-    for (weight, switch_at) in [(0.0, 2000), (1.0, 4000), (2.5, 7000)] {
+    // TTFT. While the cached copy is still being computed, recomputing it elsewhere costs
+    // as much again per unit of weight (the default 1) for the requests queued behind the
+    // duplicate; once it is computed, a copy elsewhere is weighed on TTFT alone.
+    for (weight, computing, switch_at) in
+        [(0.0, true, 2000), (1.0, true, 4000), (2.5, true, 7000), (1.0, false, 2000)]
+    {
         let set = replicas(2);
         let config = PrefixConfig { recompute_weight: weight, ..PrefixConfig::default() };
         let router = Arc::new(PrefixRouter::new(&config, &Registry::new()));
         let first = key(1, 2000, 0, 16, &HeaderMap::new());
-        router.place(&set[0], &first).prefill_done();
+        let mut placing = router.place(&set[0], &first);
+        if !computing {
+            placing.prefill_done();
+        }
         let second = key(1, 2000, 1, 16, &HeaderMap::new());
         let prompt = PromptPick { key: &second, router: &router, config: &config };
+        let case = format!("weight {weight}, computing {computing}");
         set[0].load.prefill_owed_tokens.store(switch_at - 100, Ordering::Relaxed);
         for seed in 0..20 {
             let chosen = PrefixAware::new(seed).pick_prompt(&set, &context(), &prompt);
-            assert_eq!(chosen, Some(0), "weight {weight}: the hit is still worth it");
+            assert_eq!(chosen, Some(0), "{case}: the hit is still worth it");
         }
         set[0].load.prefill_owed_tokens.store(switch_at + 100, Ordering::Relaxed);
         for seed in 0..20 {
             let chosen = PrefixAware::new(seed).pick_prompt(&set, &context(), &prompt);
-            assert_eq!(chosen, Some(1), "weight {weight}: the queue outweighs the hit");
+            assert_eq!(chosen, Some(1), "{case}: the queue outweighs the hit");
         }
     }
+}
+
+#[test]
+fn the_index_marks_blocks_computing_until_their_placement_has_its_first_token() {
+    let set = replicas(2);
+    let router = Arc::new(PrefixRouter::new(&PrefixConfig::default(), &Registry::new()));
+    let first = key(1, 320, 0, 16, &HeaderMap::new());
+    let held = |k: &PromptKey| router.index.lookup(&["r0", "r1"], k.hittable());
+    let mut placing = router.place(&set[0], &first);
+    let computing = held(&first)[0];
+    assert!(computing.computing && computing.blocks == first.max_hit_blocks);
+    assert_eq!(held(&first)[1].blocks, 0);
+    // A hit placed on the same blocks does not settle them: the first is still computing.
+    let mut hit = router.place(&set[0], &key(1, 320, 1, 16, &HeaderMap::new()));
+    assert!(held(&first)[0].computing);
+    placing.prefill_done();
+    assert!(!held(&first)[0].computing, "computed once the placing request has its first token");
+    hit.prefill_done();
+    assert!(!held(&first)[0].computing);
 }
 
 #[test]
