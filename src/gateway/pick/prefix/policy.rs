@@ -112,11 +112,13 @@ impl Policy for PrefixAware {
     }
 }
 
-/// The candidate with the lowest cost: its estimated TTFT given what it `held`, plus, while
-/// the best-cached copy is still being computed, the prefill a candidate would recompute
-/// beyond it, at `recompute_us_per_token` (recomputing a copy in flight duplicates work the
-/// requests queued behind pay for; copying a computed one buys a second place to hit).
-/// Ties go to the longest hit, then to chance (so an idle fleet spreads new prefixes).
+/// The candidate with the lowest cost: its estimated TTFT given what it `held`, plus the
+/// prefill a candidate would recompute beyond the best-cached copy, at
+/// `recompute_us_per_token`, unless a second copy pays: recomputing a copy still being
+/// computed only duplicates work that the requests queued behind pay for, and a session's
+/// conversation follows the session, so moving it throws its copy away; copying a
+/// computed prompt that any request may send buys a second replica to hit on. Ties go to
+/// the longest hit, then to chance (so an idle fleet spreads new prefixes).
 pub fn fastest(
     replicas: &[Arc<Replica>],
     candidates: &[usize],
@@ -129,11 +131,9 @@ pub fn fastest(
         |held: &Held| key.prompt_tokens.saturating_sub(held.blocks as u64 * key.block_size);
     let most = held.iter().map(|h| h.blocks).max()?;
     let best: Vec<&Held> = held.iter().filter(|h| h.blocks == most).collect();
-    let recompute_us_per_token = if most > 0 && best.iter().all(|h| h.computing) {
-        choice.recompute_us_per_token
-    } else {
-        0.0
-    };
+    let a_copy_pays = key.session.is_none() && !best.iter().all(|h| h.computing);
+    let recompute_us_per_token =
+        if most > 0 && !a_copy_pays { choice.recompute_us_per_token } else { 0.0 };
     let least_uncached = uncached(best[0]);
     let scored: Vec<(f64, usize, usize)> = candidates
         .iter()
@@ -157,7 +157,7 @@ pub struct Choice<'a> {
     pub key: &'a PromptKey,
     pub estimate: &'a dyn TtftEstimate,
     /// Microseconds charged per prompt token a candidate would prefill beyond the
-    /// best-cached candidate while that copy is still being computed.
+    /// best-cached candidate, when a second copy would not pay (see [`fastest`]).
     pub recompute_us_per_token: f64,
     pub ties: &'a Draws,
 }

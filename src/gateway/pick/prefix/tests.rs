@@ -205,21 +205,40 @@ fn a_cached_replica_loses_the_request_once_its_queue_outweighs_the_saved_prefill
     // The hit saves 125 blocks (2000 tokens) of prefill at 75 us: 150 ms of this request's
     // TTFT. While the cached copy is still being computed, recomputing it elsewhere costs
     // as much again per unit of weight (the default 1) for the requests queued behind the
-    // duplicate; once it is computed, a copy elsewhere is weighed on TTFT alone.
-    for (weight, computing, switch_at) in
-        [(0.0, true, 2000), (1.0, true, 4000), (2.5, true, 7000), (1.0, false, 2000)]
-    {
+    // duplicate; once it is computed, a copy elsewhere is weighed on TTFT alone, unless the
+    // prompt is a session's conversation (moving it throws the copy away). Replica 0 also
+    // has 15 requests in flight (15 ms at 1 ms each, worth 200 tokens; over the session
+    // bound, so that a session's home is weighed against the other replica at all).
+    for (weight, computing, session, switch_at) in [
+        (0.0, true, false, 2000),
+        (1.0, true, false, 4000),
+        (2.5, true, false, 7000),
+        (1.0, false, false, 2000),
+        (1.0, false, true, 4000),
+    ] {
         let set = replicas(2);
         let config = PrefixConfig { recompute_weight: weight, ..PrefixConfig::default() };
         let router = Arc::new(PrefixRouter::new(&config, &Registry::new()));
-        let first = key(1, 2000, 0, 16, &HeaderMap::new());
+        let mut headers = HeaderMap::new();
+        if session {
+            // A session whose home is replica 0.
+            let home = |c: u64| {
+                let session = hash_bytes(format!("conversation-{c}").as_bytes());
+                session_places(&set, &[0, 1], session, LOOSE).unwrap().home
+            };
+            let c = (0..100).find(|&c| home(c) == 0).unwrap();
+            headers.insert("x-session-id", format!("conversation-{c}").parse().unwrap());
+        }
+        set[0].load.in_flight.store(15, Ordering::Relaxed);
+        let switch_at = switch_at - 200;
+        let first = key(1, 2000, 0, 16, &headers);
         let mut placing = router.place(&set[0], &first);
         if !computing {
             placing.prefill_done();
         }
-        let second = key(1, 2000, 1, 16, &HeaderMap::new());
+        let second = key(1, 2000, 1, 16, &headers);
         let prompt = PromptPick { key: &second, router: &router, config: &config };
-        let case = format!("weight {weight}, computing {computing}");
+        let case = format!("weight {weight}, computing {computing}, session {session}");
         set[0].load.prefill_owed_tokens.store(switch_at - 100, Ordering::Relaxed);
         for seed in 0..20 {
             let chosen = PrefixAware::new(seed).pick_prompt(&set, &context(), &prompt);
