@@ -17,6 +17,9 @@ use crate::gateway::tls::upstream as upstream_tls;
 #[derive(Debug)]
 pub struct Replica {
     pub name: String,
+    /// A stable hash of the name ([`super::prefix::hash_bytes`]): session affinity's
+    /// rendezvous weights and its memory of where a session went.
+    pub name_hash: u64,
     /// The name as the `x-laneway-replica` response header, made once (`None` if the name
     /// cannot be a header value).
     pub name_header: Option<HeaderValue>,
@@ -44,6 +47,7 @@ impl Replica {
     pub fn new(config: &ReplicaConfig) -> Self {
         Self {
             name: config.name.clone(),
+            name_hash: super::prefix::hash_bytes(config.name.as_bytes()),
             name_header: HeaderValue::from_str(&config.name).ok(),
             authority: config.authority.clone(),
             node: config.node.clone(),

@@ -17,13 +17,12 @@
 
 use std::sync::Arc;
 
-use super::hash_bytes;
 use crate::gateway::pick::replica::Replica;
 use crate::prompt_tokens::mix;
 
-/// The rendezvous weight of `replica` for `session`.
-pub fn weight(session: u64, replica: &str) -> u64 {
-    mix(session ^ hash_bytes(replica.as_bytes()))
+/// The rendezvous weight of a replica (by the hash of its name) for `session`.
+pub fn weight(session: u64, replica_name_hash: u64) -> u64 {
+    mix(session ^ replica_name_hash)
 }
 
 /// Where a session's request may go, as indexes into `replicas`.
@@ -65,7 +64,7 @@ pub fn session_places(
     let total: u64 = candidates.iter().map(|&i| replicas[i].load.in_flight()).sum();
     let bound = load.limit(total, candidates.len());
     let mut ranked: Vec<(u64, usize)> =
-        candidates.iter().map(|&i| (weight(session, &replicas[i].name), i)).collect();
+        candidates.iter().map(|&i| (weight(session, replicas[i].name_hash), i)).collect();
     ranked.sort_unstable_by(|a, b| b.cmp(a));
     let home = ranked.first()?.1;
     let bounded = ranked

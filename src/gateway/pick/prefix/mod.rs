@@ -76,7 +76,7 @@ impl PromptKey {
     }
 }
 
-/// A stable 64-bit hash of some bytes (session ids, replica names).
+/// A stable 64-bit hash of some bytes (session ids, replica names: [`Replica::name_hash`]).
 pub fn hash_bytes(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0x7365_7373_696f_6e00, |hash, &byte| mix(hash ^ u64::from(byte)))
 }
@@ -140,7 +140,7 @@ impl PrefixRouter {
     /// there; the returned feedback holds the prediction until the replica reports.
     pub fn place(self: &Arc<Self>, replica: &Arc<Replica>, key: &PromptKey) -> PrefixFeedback {
         if let Some(session) = key.session {
-            self.sessions.remember(session, hash_bytes(replica.name.as_bytes()));
+            self.sessions.remember(session, replica.name_hash);
         }
         let mut placed = self.index.insert(&replica.name, &key.hashes);
         let created = key.hashes[placed.matched.min(key.hashes.len())..].to_vec();

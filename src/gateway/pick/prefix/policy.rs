@@ -18,7 +18,6 @@
 use std::sync::Arc;
 
 use super::affinity::{LoadBound, session_places};
-use super::hash_bytes;
 use super::index::Held;
 use super::ttft::{QueueTtft, TtftEstimate};
 use super::{PromptKey, PromptPick};
@@ -80,10 +79,7 @@ impl Policy for PrefixAware {
             };
             let places = session_places(replicas, &candidates, session, load)?;
             let last = prompt.router.sessions.recall(session).and_then(|name| {
-                candidates
-                    .iter()
-                    .copied()
-                    .find(|&c| hash_bytes(replicas[c].name.as_bytes()) == name)
+                candidates.iter().copied().find(|&c| replicas[c].name_hash == name)
             });
             let mut contenders: Vec<usize> =
                 [places.home, places.bounded].into_iter().chain(last).collect();
