@@ -9,8 +9,9 @@
 //! missed blocks themselves stay: the request just computed them again.
 //!
 //! A miss is not always an eviction: a block placed by a request still prefilling when
-//! this one arrived was not computed yet. So only a block whose placement had finished its
-//! prefill (its first token came) before this request was placed counts as evicted.
+//! this one arrived was not computed yet. So only a block the index no longer marked
+//! computing when this request was placed (its placement's first token had come) counts as
+//! evicted.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -63,7 +64,6 @@ impl PrefixFeedback {
         }
         let owed = std::mem::take(&mut self.owed);
         self.replica.load.prefill_owed_tokens.fetch_sub(owed, Ordering::Relaxed);
-        self.router.index.settle(&self.replica.name, self.placed.last_tick);
         self.router.index.computed(&self.replica.name, &std::mem::take(&mut self.created));
     }
 
@@ -74,10 +74,10 @@ impl PrefixFeedback {
         tokens.with_label_values(&["predicted"]).inc_by(self.predicted_tokens());
         tokens.with_label_values(&["reported"]).inc_by(cached_tokens);
         let reported_blocks = (cached_tokens / self.block_size.max(1)) as usize;
-        if let Some(&evicted_at) = self.placed.previous_ticks.get(reported_blocks)
-            && evicted_at <= self.placed.settled
+        if let Some(evicted) = self.placed.previous.get(reported_blocks)
+            && !evicted.computing
         {
-            let dropped = self.router.index.forget_older(&self.replica.name, evicted_at);
+            let dropped = self.router.index.forget_older(&self.replica.name, evicted.tick);
             self.router.metrics.corrected.inc_by(dropped as u64);
             self.router.metrics.index_bytes.set(self.router.index.bytes() as i64);
         }
@@ -86,10 +86,12 @@ impl PrefixFeedback {
 
 impl Drop for PrefixFeedback {
     /// Released without a first token (an error, a client gone): the owed prefill is no
-    /// longer queued, but nothing is known to be cached.
+    /// longer queued, and its blocks stop counting as computing (they may be cached or
+    /// not; a later report says which).
     fn drop(&mut self) {
         if std::mem::replace(&mut self.prefill_pending, false) {
             self.replica.load.prefill_owed_tokens.fetch_sub(self.owed, Ordering::Relaxed);
+            self.router.index.computed(&self.replica.name, &self.created);
         }
     }
 }

@@ -12,7 +12,8 @@
 //! An entry made by a placement whose prefill has not finished is marked computing (the
 //! top bit of its tick); the placement's first token clears the mark ([`BlockIndex::computed`]).
 //! A copy still being computed is worth waiting for, since recomputing it elsewhere only
-//! duplicates work in flight; a computed one is worth copying when its replica is busy.
+//! duplicates work in flight; a computed one is worth copying when its replica is busy. A
+//! miss on a block still computing is no eviction ([`super::feedback`]).
 //!
 //! # Order within a prompt
 //! A prompt's blocks are stamped tail first, so its head is the most recently used: when
@@ -55,12 +56,17 @@ pub struct Held {
 pub struct Placed {
     /// Leading blocks the index already had for this replica.
     pub matched: usize,
-    /// Their last-use ticks before this placement, in prompt order.
-    pub previous_ticks: Vec<u64>,
-    /// The newest tick this placement stamped.
-    pub last_tick: u64,
-    /// The replica's settled tick just before (see [`BlockIndex::settle`]).
-    pub settled: u64,
+    /// Their last-use ticks before this placement, in prompt order, each with its
+    /// computing mark ([`Previous`]).
+    pub previous: Vec<Previous>,
+}
+
+/// One block the index held before a placement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Previous {
+    pub tick: u64,
+    /// The request that placed it had not finished its prefill.
+    pub computing: bool,
 }
 
 /// The index, all replicas together.
@@ -76,8 +82,6 @@ struct Inner {
     entries: FnvHashMap<(u64, Slot), u64>,
     /// Per replica: tick -> block hash, oldest first.
     orders: Vec<BTreeMap<u64, u64>>,
-    /// Per replica: the newest tick of a placement whose prefill is known to be done.
-    settled: Vec<u64>,
     slots: FnvHashMap<String, Slot>,
     tick: u64,
 }
@@ -140,11 +144,11 @@ impl BlockIndex {
         let capacity = self.capacity_entries.load(Ordering::Relaxed);
         let mut inner = self.inner.lock();
         let Some(slot) = inner.slot(replica) else { return Placed::default() };
-        let previous_ticks: Vec<u64> = hashes
+        let previous: Vec<Previous> = hashes
             .iter()
-            .map_while(|hash| inner.entries.get(&(*hash, slot)).map(|&value| tick_of(value)))
+            .map_while(|hash| inner.entries.get(&(*hash, slot)))
+            .map(|&value| Previous { tick: tick_of(value), computing: value & COMPUTING != 0 })
             .collect();
-        let settled = inner.settled[slot as usize];
         let Inner { entries, orders, tick, .. } = &mut *inner;
         let order = &mut orders[slot as usize];
         for &hash in hashes.iter().rev() {
@@ -161,23 +165,13 @@ impl BlockIndex {
             }
             order.insert(*tick, hash);
         }
-        let last_tick = inner.tick;
         while inner.entries.len() > capacity && inner.evict_oldest() {}
-        Placed { matched: previous_ticks.len(), previous_ticks, last_tick, settled }
+        Placed { matched: previous.len(), previous }
     }
 
-    /// A placement stamped up to `tick` on `replica` has finished its prefill: its blocks
-    /// are in the replica's cache. (Prefills finishing out of order make this approximate.)
-    pub fn settle(&self, replica: &str, tick: u64) {
-        let mut inner = self.inner.lock();
-        if let Some(&slot) = inner.slots.get(replica) {
-            let settled = &mut inner.settled[slot as usize];
-            *settled = (*settled).max(tick);
-        }
-    }
-
-    /// The request that placed `hashes` on `replica` finished its prefill: those blocks
-    /// are computed.
+    /// The request that placed `hashes` on `replica` finished its prefill (or ended
+    /// without a first token): those blocks count as computed. If the replica does not
+    /// hold them, the next request that expected them reports so, and they are dropped.
     pub fn computed(&self, replica: &str, hashes: &[u64]) {
         let mut inner = self.inner.lock();
         let Some(&slot) = inner.slots.get(replica) else { return };
@@ -219,7 +213,6 @@ impl Inner {
         let slot = Slot::try_from(self.orders.len()).ok()?;
         self.slots.insert(replica.to_string(), slot);
         self.orders.push(BTreeMap::new());
-        self.settled.push(0);
         Some(slot)
     }
 

@@ -145,7 +145,7 @@ impl PrefixRouter {
         let mut placed = self.index.insert(&replica.name, &key.hashes);
         let created = key.hashes[placed.matched.min(key.hashes.len())..].to_vec();
         placed.matched = placed.matched.min(key.max_hit_blocks);
-        placed.previous_ticks.truncate(placed.matched);
+        placed.previous.truncate(placed.matched);
         self.metrics.index_bytes.set(self.index.bytes() as i64);
         let cached = placed.matched as u64 * key.block_size;
         let owed = key.prompt_tokens.saturating_sub(cached);

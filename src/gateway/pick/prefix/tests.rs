@@ -295,12 +295,11 @@ fn a_reported_miss_drops_the_entries_older_than_the_evicted_block() {
     let hot = key(2, 320, 0, 16, &headers);
     let recent = key(3, 320, 0, 16, &headers);
     router.place(&set[0], &old).report(0);
-    router.place(&set[0], &hot).report(0);
     assert_eq!(router.predicted_and_reported(), (0, 0));
-    // A request of the hot prompt placed while another is still prefilling it: its miss
-    // is no eviction, and nothing is dropped.
-    let entries = router.index.entries();
+    // A request of the hot prompt placed while the first one is still prefilling it: its
+    // miss is no eviction, and nothing is dropped.
     let prefilling = router.place(&set[0], &hot);
+    let entries = router.index.entries();
     router.place(&set[0], &hot).report(0);
     assert_eq!(router.index.entries(), entries);
     drop(prefilling);
