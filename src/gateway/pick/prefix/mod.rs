@@ -49,6 +49,9 @@ pub struct PromptKey {
     /// A chat prompt with no assistant message: a conversation's first turn, with nothing
     /// of its own cached anywhere yet, so placing it by load alone costs no hit.
     pub opens_conversation: bool,
+    /// A chat prompt's message count (`None` for a completion prompt): two more than the
+    /// session's last placed prompt is its next turn ([`SessionMemory`]).
+    pub messages: Option<u64>,
 }
 
 impl PromptKey {
@@ -63,11 +66,22 @@ impl PromptKey {
             .filter(|value| !value.is_empty())
             .or(request.user.as_deref().map(str::as_bytes).filter(|user| !user.is_empty()))
             .map(hash_bytes);
-        let opens_conversation = match &request.prompt {
-            PromptInput::Messages(messages) => messages.iter().all(|m| m.role != "assistant"),
-            PromptInput::Text(_) | PromptInput::TokenIds(_) => false,
+        let chat = match &request.prompt {
+            PromptInput::Messages(messages) => Some(messages),
+            PromptInput::Text(_) | PromptInput::TokenIds(_) => None,
         };
-        Self { hashes, max_hit_blocks, prompt_tokens, block_size, session, opens_conversation }
+        let opens_conversation =
+            chat.is_some_and(|messages| messages.iter().all(|m| m.role != "assistant"));
+        let messages = chat.map(|messages| messages.len() as u64);
+        Self {
+            hashes,
+            max_hit_blocks,
+            prompt_tokens,
+            block_size,
+            session,
+            opens_conversation,
+            messages,
+        }
     }
 
     /// The hashes a cache hit can cover.
@@ -140,7 +154,7 @@ impl PrefixRouter {
     /// there; the returned feedback holds the prediction until the replica reports.
     pub fn place(self: &Arc<Self>, replica: &Arc<Replica>, key: &PromptKey) -> PrefixFeedback {
         if let Some(session) = key.session {
-            self.sessions.remember(session, replica.name_hash);
+            self.sessions.remember(session, replica.name_hash, key.messages);
         }
         let mut placed = self.index.insert(&replica.name, &key.hashes);
         let created = key.hashes[placed.matched.min(key.hashes.len())..].to_vec();

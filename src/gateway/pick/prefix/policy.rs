@@ -70,17 +70,19 @@ impl Policy for PrefixAware {
             return None;
         }
         if let Some(session) = prompt.key.session {
-            // Its home, the replica bounded load sends it to and the one it was last
-            // placed on: alone when they agree, else the fastest of them.
+            // Its home, the replica bounded load sends it to and, for the turn after the
+            // one this gateway placed, where that went: alone when they agree, else the
+            // fastest of them.
             let load = if prompt.key.opens_conversation {
                 LoadBound::Even
             } else {
                 LoadBound::Loose { factor: prompt.config.session_load_factor }
             };
             let places = session_places(replicas, &candidates, session, load)?;
-            let last = prompt.router.sessions.recall(session).and_then(|name| {
-                candidates.iter().copied().find(|&c| replicas[c].name_hash == name)
-            });
+            let last =
+                prompt.router.sessions.recall(session, prompt.key.messages).and_then(|name| {
+                    candidates.iter().copied().find(|&c| replicas[c].name_hash == name)
+                });
             let mut contenders: Vec<usize> =
                 [places.home, places.bounded].into_iter().chain(last).collect();
             contenders.sort_unstable();

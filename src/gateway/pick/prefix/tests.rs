@@ -120,6 +120,22 @@ fn an_overloaded_session_replica_sheds_new_requests_until_it_recovers() {
     assert_eq!(bounded(&set, &all, session), home);
 }
 
+/// Turn `turn` (from 0) of a conversation: a shared system message of `shared` tokens, the
+/// earlier questions and answers (16 tokens each) and a new question.
+fn chat_turn(shared: u64, turn: u64, headers: &HeaderMap) -> PromptKey {
+    let text = |seed: u64| synthetic_text(16, &mut StdRng::seed_from_u64(2000 + seed));
+    let system = synthetic_text(shared, &mut StdRng::seed_from_u64(1));
+    let mut messages = vec![serde_json::json!({"role": "system", "content": system})];
+    for earlier in 0..turn {
+        messages.push(serde_json::json!({"role": "user", "content": text(2 * earlier)}));
+        messages.push(serde_json::json!({"role": "assistant", "content": text(2 * earlier + 1)}));
+    }
+    messages.push(serde_json::json!({"role": "user", "content": text(2 * turn)}));
+    let body = serde_json::json!({ "messages": messages });
+    let request = InferenceRequest::parse(Endpoint::Chat, body.to_string().as_bytes()).unwrap();
+    PromptKey::new(&request, headers, &PrefixConfig::default())
+}
+
 #[test]
 fn a_session_leaves_its_overloaded_home_only_when_a_miss_elsewhere_is_faster_then_stays() {
     let set = replicas(4);
@@ -135,14 +151,14 @@ fn a_session_leaves_its_overloaded_home_only_when_a_miss_elsewhere_is_faster_the
     };
     // First turn, nothing cached, home overloaded (20 in flight, none elsewhere): it goes
     // where bounded load sends it.
-    let first_turn = key(1, 2000, 0, 16, &headers);
+    let first_turn = chat_turn(2000, 0, &headers);
     set[home].load.in_flight.store(20, Ordering::Relaxed);
     let away = pick(&first_turn);
     assert_ne!(away, home);
     // The conversation so far (2,000 tokens) is cached at home: 150 ms of prefill saved
     // against 20 ms of queue at 1 ms a request. It stays, overloaded or not.
     router.place(&set[home], &first_turn).prefill_done();
-    let next_turn = key(1, 2000, 1, 16, &headers);
+    let next_turn = chat_turn(2000, 1, &headers);
     assert_eq!(pick(&next_turn), home);
     // 400 in flight at home: a miss elsewhere is faster than the queue, and it moves.
     set[home].load.in_flight.store(400, Ordering::Relaxed);
@@ -152,13 +168,21 @@ fn a_session_leaves_its_overloaded_home_only_when_a_miss_elsewhere_is_faster_the
     // session there (the conversation so far) rather than go home to a miss.
     router.place(&set[moved], &next_turn).prefill_done();
     set[home].load.in_flight.store(0, Ordering::Relaxed);
-    let turn_after = key(1, 2000, 1, 48, &headers);
+    let turn_after = chat_turn(2000, 2, &headers);
     assert_eq!(pick(&turn_after), moved);
     // Another session sending the same prompt is not drawn there: it goes to its own home.
     let mut other = HeaderMap::new();
     other.insert("x-session-id", "conversation-8".parse().unwrap());
     let other_home = session_places(&set, &all, hash_bytes(b"conversation-8"), LOOSE).unwrap().home;
-    assert_eq!(pick(&key(1, 2000, 1, 48, &other)), other_home);
+    assert_eq!(pick(&chat_turn(2000, 2, &other)), other_home);
+    // A second gateway, which placed none of this: it sends the turn after home, where the
+    // first gateway's memory no longer leads the turn after that (it skipped a turn).
+    let other_gateway = Arc::new(PrefixRouter::new(&config, &Registry::new()));
+    let prompt = PromptPick { key: &turn_after, router: &other_gateway, config: &config };
+    assert_eq!(PrefixAware::new(5).pick_prompt(&set, &context(), &prompt), Some(home));
+    other_gateway.place(&set[home], &turn_after).prefill_done();
+    let fourth_turn = chat_turn(2000, 3, &headers);
+    assert_eq!(pick(&fourth_turn), home, "no longer led to where the session was two turns ago");
 }
 
 /// Places `count` requests of one prompt through the policy and the router; returns the
