@@ -32,4 +32,4 @@ tt=sorted(x['ttft'] for x in rec)
 print(t['name'],'requests',len(rec),'hit %.1f%%'%(100*c/p),'ttft p50 %d p90 %d ms'%(tt[len(tt)//2]/1000,tt[int(len(tt)*.9)]/1000), 'failures',sum(1 for x in rec if x['outcome']['kind']!='success'))
 PY
 kill "${P[@]}" 2>/dev/null; wait 2>/dev/null
-rm -rf "$D"
+[[ -n "${KEEP:-}" ]] && cp "$D/out.json" "$KEEP"; rm -rf "$D"
