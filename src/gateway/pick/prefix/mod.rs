@@ -49,8 +49,9 @@ pub struct PromptKey {
     /// A chat prompt with no assistant message: a conversation's first turn, with nothing
     /// of its own cached anywhere yet, so placing it by load alone costs no hit.
     pub opens_conversation: bool,
-    /// A chat prompt's message count (`None` for a completion prompt): two more than the
-    /// session's last placed prompt is its next turn ([`SessionMemory`]).
+    /// A chat prompt's message count (`None` for a completion prompt): as many as the
+    /// session's last placed prompt is that turn again, two more its next turn
+    /// ([`SessionMemory`]).
     pub messages: Option<u64>,
 }
 
