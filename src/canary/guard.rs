@@ -112,6 +112,7 @@ impl Default for GuardSettings {
                 Metric::TpotP95,
                 Metric::E2eP95,
                 Metric::ErrorRate,
+                Metric::GoodputShare,
             ],
             margins: Metric::ALL.map(Metric::default_margin),
             min_pairs: 30,
@@ -221,7 +222,7 @@ mod tests {
             assert_eq!(Metric::parse(metric.name()), Some(metric));
         }
         let settings = GuardSettings::default();
-        assert!((settings.metric_alpha() - 0.05 / 6.0).abs() < 1e-12);
+        assert!((settings.metric_alpha() - 0.05 / 7.0).abs() < 1e-12, "seven guarded by default");
         assert_eq!(settings.margin(Metric::ErrorRate), 0.01);
     }
 
