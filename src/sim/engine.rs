@@ -84,13 +84,16 @@ struct Sequence {
     block_hashes: Vec<u64>,
     blocks: SequenceBlocks,
     cached_tokens: u64,
-    /// It has been scheduled a prompt chunk (and has looked the cache up again).
-    scheduled: bool,
 }
 
 impl Sequence {
     fn is_decoding(&self) -> bool {
         self.prefilled == self.prompt_tokens
+    }
+
+    /// It has not been scheduled a prompt chunk yet: all it holds of its prompt is cached.
+    fn awaits_first_chunk(&self) -> bool {
+        self.prefilled == self.cached_tokens
     }
 }
 
@@ -195,8 +198,7 @@ impl Engine {
             if budget == 0 {
                 continue;
             }
-            if !sequence.scheduled {
-                sequence.scheduled = true;
+            if sequence.awaits_first_chunk() {
                 let found = kv.extend_hit(&mut sequence.blocks, sequence.prompt_tokens);
                 sequence.cached_tokens += found;
                 sequence.prefilled += found;
@@ -226,7 +228,8 @@ impl Engine {
         StepPlan { chunks, cost_us }
     }
 
-    /// Applies a finished step: advances prefills, hands out tokens, retires finished and abandoned sequences (freeing their KV).
+    /// Applies a finished step: advances prefills, hands out tokens, retires finished and
+    /// abandoned sequences (freeing their KV).
     fn finish_step(
         &self,
         running: &mut Vec<Sequence>,
@@ -303,7 +306,6 @@ fn enqueue(
         block_hashes: request.block_hashes,
         blocks: SequenceBlocks::default(),
         cached_tokens: 0,
-        scheduled: false,
     });
     step_start.max(request.ready_at)
 }

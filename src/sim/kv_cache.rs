@@ -7,8 +7,8 @@
 //! is scheduled it looks again, and references the blocks cached since. As each chunk is
 //! scheduled, the full prompt blocks it covers move from its private reservation into the
 //! prefix cache, still referenced by it (vLLM caches a block when it allocates it, so a
-//! request scheduled later in the same step already hits it); when it ends, its private tokens are freed and its blocks
-//! become evictable. Cached blocks that nothing references do not block admission: they are
+//! request scheduled later in the same step already hits it); when it ends, its private
+//! tokens are freed and its blocks become evictable. Cached blocks that nothing references do not block admission: they are
 //! evicted (least recently released first) to make room. So at every moment
 //! `private + 16 x cached_blocks <= capacity`, and the usage reported (vLLM's
 //! `kv_cache_usage_perc`) counts only what running requests hold.
@@ -66,7 +66,7 @@ impl KvCache {
     /// (evicting unreferenced cached blocks as needed); `None` if it does not fit now.
     pub fn admit(&mut self, hashes: &[u64], prompt: u64, max_tokens: u64) -> Option<Admission> {
         let size = self.block_size;
-        let max_hit = (prompt.saturating_sub(1) / size) as usize;
+        let max_hit = self.max_hit_blocks(prompt);
         let (hit, newly_referenced) = match &self.prefix {
             Some(cache) => {
                 let hit = cache.longest_hit(hashes, max_hit);
@@ -95,8 +95,8 @@ impl KvCache {
     /// step included (vLLM caches a full block when it allocates it, "so that the block can
     /// be reused by other requests in the same batch"). Returns the prompt tokens added.
     pub fn extend_hit(&mut self, blocks: &mut SequenceBlocks, prompt: u64) -> u64 {
+        let max_hit = self.max_hit_blocks(prompt);
         let Some(cache) = &mut self.prefix else { return 0 };
-        let max_hit = (prompt.saturating_sub(1) / self.block_size) as usize;
         let hit = cache.longest_hit(&blocks.hashes, max_hit);
         if hit <= blocks.settled || blocks.held.len() != blocks.settled {
             return 0;
@@ -110,6 +110,11 @@ impl KvCache {
         blocks.private -= tokens;
         self.private -= tokens;
         tokens
+    }
+
+    /// The most leading blocks a prompt of `prompt` tokens can hit (vLLM's cap, above).
+    fn max_hit_blocks(&self, prompt: u64) -> usize {
+        (prompt.saturating_sub(1) / self.block_size) as usize
     }
 
     /// Moves the full prompt blocks a request computes up to `prefilled` tokens into the

@@ -111,6 +111,7 @@ impl BlockIndex {
     }
 
     /// For each of `replicas`, how many leading `hashes` it is expected to hold.
+    #[cfg(test)]
     pub fn matched(&self, replicas: &[&str], hashes: &[u64]) -> Vec<usize> {
         self.lookup(replicas, hashes).iter().map(|held| held.blocks).collect()
     }
