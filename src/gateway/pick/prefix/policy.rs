@@ -125,19 +125,18 @@ pub fn fastest(
     context: &PickContext,
 ) -> Option<usize> {
     let (key, estimate) = (choice.key, choice.estimate);
-    let uncached =
-        |held: &Held| key.prompt_tokens.saturating_sub(held.blocks as u64 * key.block_size);
+    let uncached = |blocks: usize| key.prompt_tokens.saturating_sub(blocks as u64 * key.block_size);
     let most = held.iter().map(|h| h.blocks).max()?;
-    let best: Vec<&Held> = held.iter().filter(|h| h.blocks == most).collect();
-    let a_copy_pays = key.session.is_none() && !best.iter().all(|h| h.computing);
+    let best_all_computing = held.iter().filter(|h| h.blocks == most).all(|h| h.computing);
+    let a_copy_pays = key.session.is_none() && !best_all_computing;
     let recompute_us_per_token =
         if most > 0 && !a_copy_pays { choice.recompute_us_per_token } else { 0.0 };
-    let least_uncached = uncached(best[0]);
+    let least_uncached = uncached(most);
     let scored: Vec<(f64, usize, usize)> = candidates
         .iter()
         .zip(held)
         .map(|(&i, held)| {
-            let uncached = uncached(held);
+            let uncached = uncached(held.blocks);
             let recomputed = (uncached - least_uncached) as f64 * recompute_us_per_token;
             (estimate.ttft_us(&replicas[i], uncached, context) + recomputed, held.blocks, i)
         })
