@@ -91,8 +91,9 @@ impl Metric {
 /// How a variant is judged against its baseline.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GuardSettings {
-    /// The chance of a false "worse" (or a false "better") per variant, split evenly over
-    /// the guarded metrics.
+    /// The chance of a false "worse" (or a false "better") per variant: "worse" is judged
+    /// over the guarded metrics together (see [`super::closure`]), "better" and the
+    /// intervals at alpha split evenly over them.
     pub alpha: f64,
     pub guarded: Vec<Metric>,
     /// One margin per metric, in the order of [`Metric::ALL`].
@@ -185,8 +186,12 @@ pub struct MetricVerdict {
     pub margin: f64,
     /// Paired samples (one of each variant) tested so far.
     pub pairs: u64,
-    /// The e-value against "not worse beyond the margin"; worse once it reaches 1/alpha.
+    /// The e-value against "not worse beyond the margin".
     pub worse_evidence: f64,
+    /// The e-value that names this metric worse on its own evidence (alpha split evenly
+    /// over the guarded metrics, as the interval is); judged with the other guarded
+    /// metrics, less can (see [`super::closure`]).
+    pub worse_evidence_alone: f64,
     /// For an undecided metric: about how many more pairs a decision needs if the
     /// difference stays as it looks (an estimate, not a promise).
     pub more_pairs_needed: Option<u64>,

@@ -7,6 +7,7 @@
 
 pub mod assign;
 pub mod betting;
+pub mod closure;
 pub mod compare;
 pub mod guard;
 pub mod rate;

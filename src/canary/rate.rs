@@ -15,36 +15,34 @@ pub struct RateTest {
     pub metric: Metric,
     margin: f64,
     scores: Scores,
-    /// As in [`super::tail`]: once worse, worse.
-    worse_since: Option<u64>,
 }
 
 impl RateTest {
     pub fn new(metric: Metric, margin: f64) -> Self {
-        Self { metric, margin, scores: Scores::default(), worse_since: None }
+        Self { metric, margin, scores: Scores::default() }
     }
 
-    pub fn add(&mut self, baseline_bad: bool, candidate_bad: bool, settings: &GuardSettings) {
+    pub fn add(&mut self, baseline_bad: bool, candidate_bad: bool) {
         self.scores.add(i8::from(candidate_bad) - i8::from(baseline_bad));
-        if self.worse_since.is_none()
-            && self.pairs() >= settings.min_pairs
-            && log_wealth(self.scores, self.margin) >= settings.log_target()
-        {
-            self.worse_since = Some(self.pairs());
-        }
+    }
+
+    /// The e-value against "not worse beyond the margin".
+    pub fn worse_evidence(&self) -> f64 {
+        log_wealth(self.scores, self.margin).exp()
     }
 
     pub fn pairs(&self) -> u64 {
         self.scores.pairs()
     }
 
-    pub fn decision(&self, settings: &GuardSettings) -> Decision {
+    /// As in [`super::tail`]: whether it is worse is judged with the other metrics.
+    pub fn decision(&self, settings: &GuardSettings, worse: bool) -> Decision {
         let target = settings.log_target();
         let (s, d) = (self.scores, self.margin);
-        if self.pairs() < settings.min_pairs {
-            Decision::NotEnoughData
-        } else if self.worse_since.is_some() || log_wealth(s, d) >= target {
+        if worse {
             Decision::Worse
+        } else if self.pairs() < settings.min_pairs {
+            Decision::NotEnoughData
         } else if log_wealth(s.flipped(), d) >= target {
             Decision::Better
         } else if log_wealth(s.flipped(), -d) >= target && log_wealth(s, -d) >= target {
@@ -65,9 +63,9 @@ impl RateTest {
         (estimate, low, high)
     }
 
-    pub fn verdict(&self, settings: &GuardSettings) -> MetricVerdict {
+    pub fn verdict(&self, settings: &GuardSettings, worse: bool) -> MetricVerdict {
         let target = settings.log_target();
-        let decision = self.decision(settings);
+        let decision = self.decision(settings, worse);
         let (s, d) = (self.scores, self.margin);
         let (mut estimate, mut low, mut high) = self.difference(target);
         // The goodput share is scored on requests missing it; report the share itself.
@@ -96,7 +94,8 @@ impl RateTest {
             high,
             margin: self.margin,
             pairs: self.pairs(),
-            worse_evidence: log_wealth(s, d).exp(),
+            worse_evidence: self.worse_evidence(),
+            worse_evidence_alone: 1.0 / settings.metric_alpha(),
             more_pairs_needed,
         }
     }
@@ -112,13 +111,14 @@ mod tests {
         let mut failing = RateTest::new(Metric::ErrorRate, 0.01);
         let mut same = RateTest::new(Metric::ErrorRate, 0.01);
         for n in 0..1000 {
-            failing.add(false, n % 5 == 0, &settings);
-            same.add(false, false, &settings);
+            failing.add(false, n % 5 == 0);
+            same.add(false, false);
         }
-        let verdict = failing.verdict(&settings);
+        assert!(failing.worse_evidence() >= 1.0 / settings.metric_alpha());
+        let verdict = failing.verdict(&settings, true);
         assert_eq!(verdict.decision, Decision::Worse);
         assert!((verdict.estimate.unwrap() - 0.2).abs() < 1e-9);
         assert!(verdict.low.unwrap() > 0.01 && verdict.high.unwrap() > 0.2, "{verdict:?}");
-        assert_eq!(same.decision(&settings), Decision::NoDifference);
+        assert_eq!(same.decision(&settings, false), Decision::NoDifference);
     }
 }

@@ -295,16 +295,25 @@ pub fn render_text(report: &Report) -> String {
 }
 
 /// `keep_alive worse: TTFT p95 x2.10 (interval x1.35..x3.17); ...`: the verdict and the
-/// guarded metrics that decide it (all guarded ones when none does yet).
+/// guarded metrics that decide it (all guarded ones when none does yet). A variant found
+/// worse by its guarded metrics together, none of them named alone, lists those whose
+/// evidence counted, strongest first, with their e-values.
 pub fn judgement_line(variant: &str, judgement: &Judgement) -> String {
     let guarded: Vec<&MetricVerdict> = judgement.metrics.iter().filter(|m| m.guarded).collect();
+    let named: Vec<&MetricVerdict> =
+        guarded.iter().copied().filter(|m| m.decision == judgement.verdict).collect();
+    let together = judgement.verdict == Decision::Worse && named.is_empty();
     let deciding: Vec<&MetricVerdict> = match judgement.verdict {
-        Decision::Worse | Decision::Better => {
-            guarded.iter().copied().filter(|m| m.decision == judgement.verdict).collect()
+        Decision::Worse if together => {
+            let mut counted: Vec<&MetricVerdict> =
+                guarded.into_iter().filter(|m| m.worse_evidence > 1.0).collect();
+            counted.sort_by(|a, b| b.worse_evidence.total_cmp(&a.worse_evidence));
+            counted
         }
+        Decision::Worse | Decision::Better => named,
         _ => guarded,
     };
-    let metrics: Vec<String> = deciding.iter().map(|m| describe_metric(m)).collect();
+    let metrics: Vec<String> = deciding.iter().map(|m| describe_metric(m, together)).collect();
     // Any guarded metric that reads "worse" decides the whole: name the one closest to a
     // decision, at the rate its evidence has grown so far.
     let needed = match judgement.verdict {
@@ -323,14 +332,16 @@ pub fn judgement_line(variant: &str, judgement: &Judgement) -> String {
         _ => String::new(),
     };
     format!(
-        "{variant} {} after {} pairs: {}{needed}",
+        "{variant} {}{} after {} pairs: {}{needed}",
         judgement.verdict.words(),
+        if together { " (guarded metrics together)" } else { "" },
         judgement.pairs,
         metrics.join("; ")
     )
 }
 
-fn describe_metric(verdict: &MetricVerdict) -> String {
+/// `TTFT p95 x2.10 (interval x1.35..x3.17, worse)`, with the e-value of "worse" if asked.
+fn describe_metric(verdict: &MetricVerdict, with_evidence: bool) -> String {
     let ratio = verdict.metric.quantile().is_some();
     let value = |v: Option<f64>, open: &str| match v {
         Some(v) if ratio => format!("x{v:.2}"),
@@ -339,11 +350,18 @@ fn describe_metric(verdict: &MetricVerdict) -> String {
     };
     let estimate = value(verdict.estimate, "-");
     let (low, high) = (value(verdict.low, "0"), value(verdict.high, "inf"));
-    format!(
-        "{} {estimate} (interval {low}..{high}, {})",
-        verdict.metric.label(),
-        verdict.decision.words()
-    )
+    let evidence = if with_evidence {
+        format!(", evidence {:.0}", verdict.worse_evidence)
+    } else {
+        String::new()
+    };
+    let decision = match verdict.decision {
+        Decision::Worse if verdict.worse_evidence < verdict.worse_evidence_alone => {
+            "worse with the others"
+        }
+        decision => decision.words(),
+    };
+    format!("{} {estimate} (interval {low}..{high}, {decision}{evidence})", verdict.metric.label())
 }
 
 /// A verdict in words, with its confidence.

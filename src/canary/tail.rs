@@ -36,9 +36,6 @@ pub struct TailTest {
     /// sample was over it: enough to score any rung of the ladder.
     clear: Vec<u32>,
     over: Vec<u32>,
-    /// The pair at which the evidence of "worse" first reached the bar: Ville's inequality
-    /// bounds the chance that it ever does, so the verdict stays once reached.
-    worse_since: Option<u64>,
 }
 
 impl TailTest {
@@ -50,7 +47,6 @@ impl TailTest {
             at_low: Scores::default(),
             clear: vec![0; BINS],
             over: vec![0; BINS],
-            worse_since: None,
         }
     }
 
@@ -60,32 +56,33 @@ impl TailTest {
 
     /// One pair: whether the baseline's sample exceeded the threshold, and the candidate's
     /// sample divided by the threshold.
-    pub fn add(&mut self, baseline_over: bool, ratio: f64, settings: &GuardSettings) {
+    pub fn add(&mut self, baseline_over: bool, ratio: f64) {
         let high = 1.0 + self.margin;
         let z = i8::from(baseline_over);
         self.at_high.add(i8::from(ratio > high) - z);
         self.at_low.add(i8::from(ratio > 1.0 / high) - z);
         let bins = if baseline_over { &mut self.over } else { &mut self.clear };
         bins[bin(ratio)] += 1;
-        if self.worse_since.is_none()
-            && self.pairs() >= settings.min_pairs
-            && log_wealth(self.at_high, 0.0) >= settings.log_target()
-        {
-            self.worse_since = Some(self.pairs());
-        }
+    }
+
+    /// The e-value against "not worse beyond the margin".
+    pub fn worse_evidence(&self) -> f64 {
+        log_wealth(self.at_high, 0.0).exp()
     }
 
     pub fn pairs(&self) -> u64 {
         self.at_high.pairs()
     }
 
-    pub fn decision(&self, settings: &GuardSettings) -> Decision {
+    /// The metric's decision; whether it is worse is judged with the other guarded metrics
+    /// (see [`super::closure`]) and passed in.
+    pub fn decision(&self, settings: &GuardSettings, worse: bool) -> Decision {
         let target = settings.log_target();
         let rejects = |scores: Scores| log_wealth(scores, 0.0) >= target;
-        if self.pairs() < settings.min_pairs {
-            Decision::NotEnoughData
-        } else if self.worse_since.is_some() || rejects(self.at_high) {
+        if worse {
             Decision::Worse
+        } else if self.pairs() < settings.min_pairs {
+            Decision::NotEnoughData
         } else if rejects(self.at_low.flipped()) {
             Decision::Better
         } else if rejects(self.at_high.flipped()) && rejects(self.at_low) {
@@ -120,9 +117,14 @@ impl TailTest {
     }
 
     /// The verdict with its interval; `estimate` is the ratio of the two quantiles.
-    pub fn verdict(&self, settings: &GuardSettings, estimate: Option<f64>) -> MetricVerdict {
+    pub fn verdict(
+        &self,
+        settings: &GuardSettings,
+        estimate: Option<f64>,
+        worse: bool,
+    ) -> MetricVerdict {
         let target = settings.log_target();
-        let decision = self.decision(settings);
+        let decision = self.decision(settings, worse);
         let (low, high) = self.interval(target);
         let more_pairs_needed = match decision {
             Decision::Undecided | Decision::NotEnoughData => {
@@ -146,7 +148,8 @@ impl TailTest {
             high,
             margin: self.margin,
             pairs: self.pairs(),
-            worse_evidence: log_wealth(self.at_high, 0.0).exp(),
+            worse_evidence: self.worse_evidence(),
+            worse_evidence_alone: 1.0 / settings.metric_alpha(),
             more_pairs_needed,
         }
     }
@@ -173,9 +176,10 @@ mod tests {
         let settings = GuardSettings::default();
         let mut test = TailTest::new(Metric::TtftP95, 0.1);
         for n in 0..200 {
-            test.add(n % 20 == 0, 2.5, &settings);
+            test.add(n % 20 == 0, 2.5);
         }
-        let verdict = test.verdict(&settings, Some(2.5));
+        assert!(test.worse_evidence() >= 1.0 / settings.metric_alpha());
+        let verdict = test.verdict(&settings, Some(2.5), true);
         assert_eq!(verdict.decision, Decision::Worse);
         let low = verdict.low.unwrap();
         assert!(low > 1.1 && low <= 2.5, "{verdict:?}");
