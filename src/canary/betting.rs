@@ -59,7 +59,22 @@ fn log_growth(up: f64, down: f64, even: f64, lambda: f64, offset: f64) -> Option
 /// "mean score <= offset" (offset in (-1, 1)). Reject at level alpha when it reaches
 /// ln(1 / alpha).
 pub fn log_wealth(scores: Scores, offset: f64) -> f64 {
+    mixture_log_wealth(scores.up as f64, scores.down as f64, scores.even as f64, offset)
+}
+
+/// The mixture's log-wealth after `more` further pairs, if they score at the frequencies
+/// seen so far (an estimate of where the evidence is heading, not evidence).
+pub fn projected_log_wealth(scores: Scores, offset: f64, more: u64) -> f64 {
+    let seen = scores.pairs();
+    if seen == 0 {
+        return 0.0;
+    }
+    let scale = (seen + more) as f64 / seen as f64;
     let (up, down, even) = (scores.up as f64, scores.down as f64, scores.even as f64);
+    mixture_log_wealth(up * scale, down * scale, even * scale, offset)
+}
+
+fn mixture_log_wealth(up: f64, down: f64, even: f64, offset: f64) -> f64 {
     let logs: Vec<f64> = (0..STAKES)
         .map(|i| log_growth(up, down, even, stake(i), offset).unwrap_or(f64::NEG_INFINITY))
         .collect();
@@ -138,6 +153,15 @@ mod tests {
             }
         }
         assert!(alarms <= 100, "{alarms} of 2000 sequences raised an alarm");
+    }
+
+    #[test]
+    fn a_projection_scales_the_frequencies_seen() {
+        let scores = Scores { up: 12, down: 4, even: 24 };
+        assert_eq!(projected_log_wealth(scores, 0.0, 0), log_wealth(scores, 0.0));
+        let doubled = Scores { up: 24, down: 8, even: 48 };
+        assert!((projected_log_wealth(scores, 0.0, 40) - log_wealth(doubled, 0.0)).abs() < 1e-9);
+        assert_eq!(projected_log_wealth(Scores::default(), 0.0, 100), 0.0);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! "the difference is at most d" directly, and a ladder of `d` gives its confidence
 //! sequence.
 
-use super::betting::{Scores, log_wealth, pairs_needed};
+use super::betting::{Scores, log_wealth, pairs_needed, projected_log_wealth};
 use super::guard::{Decision, GuardSettings, Metric, MetricVerdict};
 
 /// The ladder of differences, in half points of share.
@@ -29,6 +29,11 @@ impl RateTest {
     /// The e-value against "not worse beyond the margin".
     pub fn worse_evidence(&self) -> f64 {
         log_wealth(self.scores, self.margin).exp()
+    }
+
+    /// The same after `more` pairs like those seen so far.
+    pub fn projected_worse_evidence(&self, more: u64) -> f64 {
+        projected_log_wealth(self.scores, self.margin, more).exp()
     }
 
     pub fn pairs(&self) -> u64 {

@@ -42,6 +42,9 @@ pub struct Judgement {
     pub verdict: Decision,
     pub pairs: u64,
     pub metrics: Vec<MetricVerdict>,
+    /// While undecided: about how many more pairs the guarded metrics together need to
+    /// read worse, if the difference stays as it looks.
+    pub more_pairs_needed_for_worse: Option<u64>,
 }
 
 /// Something done on a verdict (automation), as the report lists it.
@@ -203,10 +206,14 @@ pub fn entry_report(
                         verdict: comparison.decision(),
                         pairs: comparison.pairs(),
                         metrics: comparison.verdicts(),
+                        more_pairs_needed_for_worse: comparison.more_pairs_needed_for_worse(),
                     },
-                    None => {
-                        Judgement { verdict: Decision::NotEnoughData, pairs: 0, metrics: vec![] }
-                    }
+                    None => Judgement {
+                        verdict: Decision::NotEnoughData,
+                        pairs: 0,
+                        metrics: vec![],
+                        more_pairs_needed_for_worse: None,
+                    },
                 }),
             }
         })
@@ -314,17 +321,22 @@ pub fn judgement_line(variant: &str, judgement: &Judgement) -> String {
         _ => guarded,
     };
     let metrics: Vec<String> = deciding.iter().map(|m| describe_metric(m, together)).collect();
-    // Any guarded metric that reads "worse" decides the whole: name the one closest to a
-    // decision, at the rate its evidence has grown so far.
+    // Any guarded metric that reads "worse" decides the whole, and so do their evidences
+    // together: name what is closest to a decision, at the rate the evidence has grown.
     let needed = match judgement.verdict {
         Decision::Undecided | Decision::NotEnoughData => {
             let guarded = judgement.metrics.iter().filter(|m| m.guarded);
             let soonest = guarded
-                .filter_map(|m| m.more_pairs_needed.map(|n| (n, m.metric)))
+                .filter_map(|m| m.more_pairs_needed.map(|n| (n, m.metric.label())))
+                .chain(
+                    judgement
+                        .more_pairs_needed_for_worse
+                        .map(|n| (n, "the guarded metrics together")),
+                )
                 .min_by_key(|&(n, _)| n);
             match soonest {
-                Some((n, metric)) => {
-                    format!(" [{} may decide in about {n} more requests a side]", metric.label())
+                Some((n, what)) => {
+                    format!(" [{what} may decide in about {n} more requests a side]")
                 }
                 None => String::new(),
             }

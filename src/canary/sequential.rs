@@ -180,14 +180,52 @@ impl Comparison {
 
     /// A metric's evidence of "worse" (an e-value) and the pairs it rests on.
     fn worse_evidence(&self, metric: Metric) -> (f64, u64) {
+        self.worse_evidence_after(metric, 0)
+    }
+
+    /// The same after `more` pairs like those seen so far (`0`: as it is).
+    fn worse_evidence_after(&self, metric: Metric, more: u64) -> (f64, u64) {
         let rates = [&self.errors, &self.goodput].into_iter().find(|t| t.metric == metric);
         match rates {
-            Some(test) => (test.worse_evidence(), test.pairs()),
+            Some(test) => (test.projected_worse_evidence(more), test.pairs()),
             None => self
                 .tails()
                 .find(|(test, _)| test.metric == metric)
-                .map_or((1.0, 0), |(test, _)| (test.worse_evidence(), test.pairs())),
+                .map_or((1.0, 0), |(test, _)| (test.projected_worse_evidence(more), test.pairs())),
         }
+    }
+
+    /// About how many more pairs the guarded metrics together need to read worse if the
+    /// pairs keep scoring as they have (an estimate, not a promise); `None` once worse, or
+    /// while their evidence is not growing.
+    pub fn more_pairs_needed_for_worse(&self) -> Option<u64> {
+        const LONGEST: u64 = 1 << 20;
+        if self.worse_since.is_some() {
+            return None;
+        }
+        let settings = &self.settings;
+        let reaches = |more: u64| {
+            let evidence = settings.guarded.iter().map(|&m| self.worse_evidence_after(m, more).0);
+            evidence.sum::<f64>() / settings.guarded.len().max(1) as f64 >= 1.0 / settings.alpha
+        };
+        // Doubling until it reaches, then halving the gap back to the first that does.
+        let mut high = 1;
+        while !reaches(high) {
+            if high >= LONGEST {
+                return None;
+            }
+            high *= 2;
+        }
+        let mut low = high / 2;
+        while high - low > 1 {
+            let middle = low + (high - low) / 2;
+            if reaches(middle) {
+                high = middle;
+            } else {
+                low = middle;
+            }
+        }
+        Some(high.max(settings.min_pairs.saturating_sub(self.pairs())))
     }
 
     /// Judges the guarded metrics together and keeps what is found worse. The judgement
@@ -407,6 +445,22 @@ mod tests {
         assert!(p95.low.unwrap() > 1.1 && p95.estimate.unwrap() > 1.5, "{p95:?}");
         let p50 = verdicts.iter().find(|v| v.metric == Metric::TtftP50).unwrap();
         assert_ne!(p50.decision, Decision::Worse, "{p50:?}");
+    }
+
+    #[test]
+    fn the_traffic_still_needed_is_estimated_for_the_metrics_together() {
+        let baseline = Variant::new(0.25, 0.3);
+        let candidate = Variant { waiting: (0.2, 4.0), ..Variant::new(0.25, 0.3) };
+        let (early, _) = run(&baseline, &candidate, 60, 10, 501);
+        assert_eq!(early.decision(), Decision::Undecided);
+        let needed = early.more_pairs_needed_for_worse().expect("the evidence is growing");
+        assert!(needed > 0 && needed < 1000, "{needed}");
+        let (late, _) = run(&baseline, &candidate, 400, 10, 501);
+        assert_eq!(late.decision(), Decision::Worse);
+        assert_eq!(late.more_pairs_needed_for_worse(), None, "decided");
+        let same = Variant { error_rate: 0.0, ..baseline };
+        let (twins, _) = run(&same, &same, 200, 10, 502);
+        assert_eq!(twins.more_pairs_needed_for_worse(), None, "no evidence of worse grows");
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! ladder of ratios gives the confidence sequence of the ratio; the margins give the
 //! verdict.
 
-use super::betting::{Scores, log_wealth, pairs_needed};
+use super::betting::{Scores, log_wealth, pairs_needed, projected_log_wealth};
 use super::guard::{Decision, GuardSettings, Metric, MetricVerdict};
 
 /// The ladder of ratios: 16 steps per doubling (4.4% apart), from 1/64 to 64.
@@ -68,6 +68,11 @@ impl TailTest {
     /// The e-value against "not worse beyond the margin".
     pub fn worse_evidence(&self) -> f64 {
         log_wealth(self.at_high, 0.0).exp()
+    }
+
+    /// The same after `more` pairs like those seen so far.
+    pub fn projected_worse_evidence(&self, more: u64) -> f64 {
+        projected_log_wealth(self.at_high, 0.0, more).exp()
     }
 
     pub fn pairs(&self) -> u64 {
