@@ -14,6 +14,7 @@ mod bench_workload;
 mod deploy_metrics;
 mod gateway_access_log;
 mod gateway_admin;
+mod gateway_answer_gate;
 mod gateway_auth;
 mod gateway_bad_input;
 mod gateway_balance;

@@ -18,6 +18,7 @@ fn setup(max_in_flight: u64, per_replica: u64, queue_size: usize) -> (Arc<Admiss
     let limits = AdmissionConfig {
         max_in_flight,
         max_in_flight_per_replica: per_replica,
+        max_unanswered_per_replica: NO_REPLICA_LIMIT,
         queue_size,
         queue_timeout: Duration::from_millis(50),
         fair_window: Duration::from_secs(10),
@@ -115,6 +116,7 @@ fn fair_setup(queue_size: usize) -> (Arc<Admission>, Arc<Picker>) {
     admission.configure(AdmissionConfig {
         max_in_flight: 1,
         max_in_flight_per_replica: 10,
+        max_unanswered_per_replica: NO_REPLICA_LIMIT,
         queue_size,
         queue_timeout: Duration::from_secs(30),
         fair_window: Duration::from_secs(10),
@@ -241,6 +243,7 @@ fn burst_setup(queue_size: usize) -> (Arc<Admission>, Picker) {
     admission.configure(AdmissionConfig {
         max_in_flight: 100,
         max_in_flight_per_replica: 4,
+        max_unanswered_per_replica: NO_REPLICA_LIMIT,
         queue_size,
         queue_timeout: Duration::from_secs(30),
         fair_window: Duration::from_secs(3600),

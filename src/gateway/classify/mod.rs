@@ -49,6 +49,9 @@ pub struct Classification {
     /// Estimated prompt tokens: exact under the estimator when parsed, else
     /// [`tokens_from_body_len`].
     pub prompt_tokens: u64,
+    /// The body asks for a streamed answer (`"stream": true`); false when the body was not
+    /// read.
+    pub streams: bool,
 }
 
 /// The most estimated tokens a JSON body of `len` bytes can hold.
@@ -87,15 +90,23 @@ pub fn classify(
     classify_with_model(endpoint, body, named, short_threshold_tokens, false).map(|(c, _)| c)
 }
 
-/// Only the `model` field: the syntax check of a small body reads it at no extra cost.
+/// Only the `model` and `stream` fields: the syntax check of a small body reads them at no
+/// extra cost.
 #[derive(serde::Deserialize)]
-struct ModelField {
+struct TopFields {
     model: Option<String>,
+    /// Anything but `true` reads as false: the replica judges the value, not this check.
+    #[serde(default, deserialize_with = "is_true")]
+    stream: bool,
 }
 
-fn model_field(body: &[u8]) -> Result<Option<String>, RequestParseError> {
-    serde_json::from_slice::<ModelField>(body)
-        .map(|field| field.model)
+fn is_true<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
+    let value: serde_json::Value = serde::Deserialize::deserialize(deserializer)?;
+    Ok(value == serde_json::Value::Bool(true))
+}
+
+fn top_fields(body: &[u8]) -> Result<TopFields, RequestParseError> {
+    serde_json::from_slice::<TopFields>(body)
         .map_err(|error| RequestParseError::InvalidJson(error.to_string()))
 }
 
@@ -109,26 +120,27 @@ pub fn classify_with_model(
     want_model: bool,
 ) -> Result<(Classification, Option<String>), RequestParseError> {
     let len = body.len() as u64;
+    let prompt_tokens = tokens_from_body_len(len);
     if let Some((entry, method)) = named {
-        let model = if want_model { model_field(body)? } else { None };
-        let classification =
-            Classification { entry, method, prompt_tokens: tokens_from_body_len(len) };
-        return Ok((classification, model));
+        let fields = if want_model { Some(top_fields(body)?) } else { None };
+        let streams = fields.as_ref().is_some_and(|fields| fields.stream);
+        let classification = Classification { entry, method, prompt_tokens, streams };
+        return Ok((classification, fields.and_then(|fields| fields.model)));
     }
     if let Some(entry) = classify_by_length(len, short_threshold_tokens) {
         // Small by construction (a few kB at most), so the syntax check is cheap.
-        let model = model_field(body)?;
-        let classification = Classification {
-            entry,
-            method: ClassifyMethod::ContentLength,
-            prompt_tokens: tokens_from_body_len(len),
-        };
-        return Ok((classification, model));
+        let fields = top_fields(body)?;
+        let method = ClassifyMethod::ContentLength;
+        let classification =
+            Classification { entry, method, prompt_tokens, streams: fields.stream };
+        return Ok((classification, fields.model));
     }
     let parsed = InferenceRequest::parse(endpoint, body)?;
     let prompt_tokens = parsed.prompt_tokens();
     let entry = if prompt_tokens <= short_threshold_tokens { Entry::Short } else { Entry::Long };
-    Ok((Classification { entry, method: ClassifyMethod::Parsed, prompt_tokens }, parsed.model))
+    let method = ClassifyMethod::Parsed;
+    let classification = Classification { entry, method, prompt_tokens, streams: parsed.stream };
+    Ok((classification, parsed.model))
 }
 
 #[cfg(test)]
@@ -164,6 +176,31 @@ mod tests {
             classify(Endpoint::Chat, b"{not json", None, 2048),
             Err(RequestParseError::InvalidJson(_))
         ));
+    }
+
+    #[test]
+    fn whether_the_body_asks_for_a_stream_is_read_on_every_path() {
+        let streamed = |text: &str, stream: serde_json::Value| {
+            serde_json::to_vec(&serde_json::json!({
+                "messages": [{"role": "user", "content": text}], "stream": stream
+            }))
+            .unwrap()
+        };
+        let short = |body: &[u8], named| {
+            classify_with_model(Endpoint::Chat, body, named, 2048, true).unwrap().0.streams
+        };
+        let header = Some((Entry::Long, ClassifyMethod::Header));
+        let long_text = "abcd ".repeat(3000);
+        for named in [None, header] {
+            assert!(short(&streamed("hi", true.into()), named));
+            assert!(!short(&streamed("hi", false.into()), named));
+            assert!(!short(&chat_body("hi"), named), "absent is false");
+            // The replica judges odd values; this check neither refuses nor counts them.
+            assert!(!short(&streamed("hi", "yes".into()), named));
+            assert!(short(&streamed(&long_text, true.into()), named));
+        }
+        // A key inside a message is not the request's.
+        assert!(!short(&chat_body(r#"{"stream": true}"#), None));
     }
 
     #[test]

@@ -49,6 +49,7 @@ pub struct RawTimeouts {
 pub struct RawAdmission {
     pub max_in_flight: Option<i64>,
     pub max_in_flight_per_replica: Option<i64>,
+    pub max_unanswered_per_replica: Option<i64>,
     pub queue_size: Option<i64>,
     pub queue_timeout_ms: Option<i64>,
     pub fair_window_ms: Option<i64>,
@@ -126,6 +127,9 @@ pub struct AdmissionConfig {
     /// [`NO_REPLICA_LIMIT`] unless configured; when configured, also the capacity of one
     /// replica in the N-1 headroom.
     pub max_in_flight_per_replica: u64,
+    /// Streamed requests a replica may have been sent and not answered yet (no response
+    /// headers); more wait at the gateway ([`crate::gateway::forward::answer_gate`]).
+    pub max_unanswered_per_replica: u64,
     /// Requests that may wait for room; more get 429 at once.
     pub queue_size: usize,
     /// Longest wait for room, then 429.
@@ -251,6 +255,16 @@ pub fn build(raw: RawReliability<'_>, ranges: &mut Ranges<'_>) -> ReliabilityCon
             "admission.max_in_flight_per_replica",
             a.max_in_flight_per_replica,
             NO_REPLICA_LIMIT,
+            1,
+            1 << 20,
+        ),
+        // About two per API process of a replica with four: each process has the next
+        // request queued behind the one it preprocesses, and no burst lands on one of them
+        // (the short-output sweep, `benches/results/2026-12-01-answer-gate/`).
+        max_unanswered_per_replica: ranges.number(
+            "admission.max_unanswered_per_replica",
+            a.max_unanswered_per_replica,
+            8,
             1,
             1 << 20,
         ),

@@ -25,6 +25,10 @@ pub struct ReliabilityMetrics {
     pub stream_failures: IntCounterVec,
     pub n_minus_one_headroom: IntGauge,
     pub largest_fault_domain_replicas: IntGauge,
+    /// Streamed requests waiting at the gateway while their replica has its unanswered
+    /// maximum, and how many ever did.
+    pub answer_gate_waiting: IntGauge,
+    pub answer_gate_held: IntCounter,
 }
 
 fn register<M: prometheus::core::Collector + Clone + 'static>(registry: &Registry, metric: M) -> M {
@@ -113,6 +117,18 @@ impl ReliabilityMetrics {
             largest_fault_domain_replicas: gauge(
                 "laneway_largest_fault_domain_replicas",
                 "Replicas on the node that holds the most",
+            ),
+            answer_gate_waiting: gauge(
+                "laneway_answer_gate_waiting",
+                "Streamed requests held while their replica has admission.max_unanswered_per_replica requests it has not answered",
+            ),
+            answer_gate_held: register(
+                registry,
+                IntCounter::new(
+                    "laneway_answer_gate_held_total",
+                    "Streamed requests that waited for their replica to answer earlier ones (admission.max_unanswered_per_replica)",
+                )
+                .expect("valid"),
             ),
         }
     }

@@ -16,6 +16,7 @@ use super::dispatch::rebuild;
 use super::respond::{Placed, respond};
 use crate::gateway::admission::{AdmissionPermit, HeldBody, Placement};
 use crate::gateway::body::{ProxyBody, boxed, full};
+use crate::gateway::config::reliability::NO_REPLICA_LIMIT;
 use crate::gateway::context::RequestCtx;
 use crate::gateway::error::GatewayError;
 use crate::gateway::health::FailureReason;
@@ -37,6 +38,8 @@ pub struct Forwarding<'a> {
     pub shape: RequestShape,
     /// The replicas serving the request's model (`None`: any).
     pub serving: Option<&'a [String]>,
+    /// Streamed: held while its replica has too many unanswered ones.
+    pub streams: bool,
 }
 
 /// Where one request may go: its variant's replicas serving its model.
@@ -93,9 +96,19 @@ pub async fn forward(
     let mut attempt = 1;
     loop {
         let upstream_request = rebuild(request.parts, full(request.body.clone()));
+        // A place among the replica's unanswered streamed requests, held until it answers.
+        let unanswered = if request.streams {
+            admission.limits().max_unanswered_per_replica
+        } else {
+            NO_REPLICA_LIMIT
+        };
+        let metrics = &state.shared.reliability_metrics;
+        let (waiting, held) = (&metrics.answer_gate_waiting, &metrics.answer_gate_held);
+        let answer_place = replica.load.answer_gate.enter_counted(unanswered, waiting, held).await;
         state.metrics.record_overhead(OverheadPhase::Request, ctx.received_at);
         // The connector bounds the wait for the response headers (`timeouts.first_byte_ms`).
         let sent = connector.send(&replica, upstream_request, None).await;
+        drop(answer_place);
         let last = attempt >= reliability.retry.max_attempts;
         let retryable = match sent {
             Err(error @ GatewayError::UpstreamTimeout { .. }) => {

@@ -200,6 +200,8 @@ struct Classified {
     body: Bytes,
     /// The body's `model`, read by the same parse.
     model: Option<String>,
+    /// The body asks for a streamed answer.
+    streams: bool,
 }
 
 /// Phase 1, classify: method check, body read within the limit, entry and prompt estimate
@@ -234,7 +236,7 @@ async fn classify_request(
     ctx.strategy = state.connector(ctx.entry).strategy();
     ctx.inference = true;
     ctx.prompt_tokens = classification.prompt_tokens;
-    Ok(Classified { parts, body, model })
+    Ok(Classified { parts, body, model, streams: classification.streams })
 }
 
 /// Phases 2 to 4: pick a replica, forward with the entry's strategy (a refused connection
@@ -244,7 +246,7 @@ async fn pick_and_forward(
     classified: Classified,
     ctx: &mut RequestCtx,
 ) -> Result<Response<ProxyBody>, GatewayError> {
-    let Classified { mut parts, body, model } = classified;
+    let Classified { mut parts, body, model, streams } = classified;
     let entry = ctx.entry;
     let replicas = state.picker.snapshot();
     let route = serving::route(&state.config.models, &replicas, model.as_deref())?;
@@ -275,7 +277,7 @@ async fn pick_and_forward(
     let slo = classify::slo::request_slo(state.config.entry(entry).slo, &parts.headers)?;
     let shape = RequestShape { prompt_tokens: ctx.prompt_tokens, slo };
     let serving = route.serving.as_deref();
-    let forwarding = Forwarding { variant, parts: &parts, body: &body, shape, serving };
+    let forwarding = Forwarding { variant, parts: &parts, body: &body, shape, serving, streams };
     attempts::forward(state, forwarding, ctx).await
 }
 

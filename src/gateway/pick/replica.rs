@@ -1,6 +1,7 @@
 //! One replica as the picker sees it: its address and the lock-free load figures that the
 //! request path, the in-flight guard and the metrics scraper update.
 
+use crate::gateway::forward::answer_gate::AnswerGate;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -129,6 +130,8 @@ pub struct ReplicaLoad {
     /// Inference requests whose response ended, and those of them that met their SLO.
     pub finished: AtomicU64,
     pub good: AtomicU64,
+    /// Streamed requests sent and not answered yet, under their limit.
+    pub answer_gate: AnswerGate,
 }
 
 /// What the scraper read from a replica's `/metrics`.

@@ -1,0 +1,126 @@
+//! Late dispatch to a replica's API processes: a streamed request waits at the gateway
+//! while its replica has `admission.max_unanswered_per_replica` streamed requests it has not
+//! answered yet (no response headers: still waiting for an API process to accept their
+//! connection, or being preprocessed). vLLM sends a stream's headers once the request is
+//! preprocessed and handed to the engine, so the count is the replica's API backlog.
+//!
+//! Why: the API processes share one listening socket, and a process woken for a connection
+//! accepts every connection waiting in the backlog (asyncio's accept loop). A burst sent at
+//! once lands in batches on whichever processes wake first, and their requests are
+//! preprocessed one after another there while other processes idle. Held here, requests
+//! reach the replica as it answers, each one to a process that is free to take it. Requests
+//! that are not streamed are never held: their headers come with the whole answer.
+
+use std::sync::OnceLock;
+
+use futures_util::FutureExt;
+use prometheus::{IntCounter, IntGauge};
+use tokio::sync::{Semaphore, SemaphorePermit};
+
+use crate::gateway::config::reliability::NO_REPLICA_LIMIT;
+
+/// One replica's places for unanswered streamed requests.
+#[derive(Debug, Default)]
+pub struct AnswerGate {
+    /// Made at the first streamed request, with the limit configured then (first come,
+    /// first served: tokio's semaphore is fair).
+    places: OnceLock<(Semaphore, usize)>,
+}
+
+impl AnswerGate {
+    /// Waits for a place under `limit` ([`NO_REPLICA_LIMIT`]: none, no wait). The place is
+    /// held until the returned permit is dropped, when the replica answered (or failed to).
+    pub async fn enter(&self, limit: u64) -> Option<SemaphorePermit<'_>> {
+        if limit == NO_REPLICA_LIMIT {
+            return None;
+        }
+        let (places, _) = self.places.get_or_init(|| {
+            let size = usize::try_from(limit).unwrap_or(Semaphore::MAX_PERMITS);
+            let size = size.min(Semaphore::MAX_PERMITS);
+            (Semaphore::new(size), size)
+        });
+        // The semaphore is never closed.
+        places.acquire().await.ok()
+    }
+
+    /// [`Self::enter`], counting a request that has to wait in `held`, and in `waiting`
+    /// while it does (also if it is dropped while waiting: its client left).
+    pub async fn enter_counted(
+        &self,
+        limit: u64,
+        waiting: &IntGauge,
+        held: &IntCounter,
+    ) -> Option<SemaphorePermit<'_>> {
+        let mut entering = std::pin::pin!(self.enter(limit));
+        if let Some(place) = entering.as_mut().now_or_never() {
+            return place;
+        }
+        held.inc();
+        waiting.inc();
+        let _leaving = decrement_on_drop(waiting);
+        entering.await
+    }
+
+    /// Streamed requests sent and not answered yet (while a limit is in force).
+    pub fn unanswered(&self) -> u64 {
+        self.places.get().map_or(0, |(places, size)| (size - places.available_permits()) as u64)
+    }
+}
+
+/// Decrements `gauge` when dropped.
+fn decrement_on_drop(gauge: &IntGauge) -> impl Drop + '_ {
+    struct Leaving<'a>(&'a IntGauge);
+    impl Drop for Leaving<'_> {
+        fn drop(&mut self) {
+            self.0.dec();
+        }
+    }
+    Leaving(gauge)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_past_the_limit_waits_until_one_is_answered() {
+        let gate = AnswerGate::default();
+        let first = gate.enter(2).now_or_never().expect("room").expect("limited");
+        let _second = gate.enter(2).now_or_never().expect("room").expect("limited");
+        assert_eq!(gate.unanswered(), 2);
+        let mut third = Box::pin(gate.enter(2));
+        assert!((&mut third).now_or_never().is_none(), "no room: it waits");
+        drop(first);
+        let third = third.now_or_never().expect("answered: room");
+        assert!(third.is_some());
+        assert_eq!(gate.unanswered(), 2);
+    }
+
+    #[test]
+    fn a_request_that_waits_is_counted_and_uncounted_when_it_leaves() {
+        let gate = AnswerGate::default();
+        let (waiting, held) =
+            (IntGauge::new("w", "w").unwrap(), IntCounter::new("h", "h").unwrap());
+        let first = gate.enter_counted(1, &waiting, &held).now_or_never().expect("room");
+        assert_eq!((waiting.get(), held.get()), (0, 0), "it did not wait");
+        let mut second = Box::pin(gate.enter_counted(1, &waiting, &held));
+        assert!((&mut second).now_or_never().is_none());
+        let mut third = Box::pin(gate.enter_counted(1, &waiting, &held));
+        assert!((&mut third).now_or_never().is_none());
+        assert_eq!((waiting.get(), held.get()), (2, 2));
+        drop(third);
+        assert_eq!(waiting.get(), 1, "a client that left no longer waits");
+        drop(first);
+        assert!(second.now_or_never().expect("room now").is_some());
+        assert_eq!((waiting.get(), held.get()), (0, 2));
+    }
+
+    #[test]
+    fn without_a_limit_nothing_waits_or_counts() {
+        let gate = AnswerGate::default();
+        for _ in 0..100 {
+            assert!(gate.enter(NO_REPLICA_LIMIT).now_or_never().expect("never waits").is_none());
+        }
+        assert_eq!(gate.unanswered(), 0);
+    }
+}

@@ -1,0 +1,103 @@
+//! `admission.max_unanswered_per_replica`: streamed requests wait at the gateway while their
+//! replica has that many it has not answered (no response headers yet), and go as it
+//! answers; requests that are not streamed never wait there.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::routing::{get, post};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::support::gateway::{
+    STUB_METRICS, chat_body, loopback_config, replica, sample, start_gateway, url, wait_until,
+};
+
+/// A replica that answers (sends the response headers) only when the test says so: each
+/// request that arrives hands the test its go-ahead.
+async fn start_holding_stub() -> (SocketAddr, mpsc::UnboundedReceiver<oneshot::Sender<()>>) {
+    let (arrived, arrivals) = mpsc::unbounded_channel();
+    let chat = move || {
+        let arrived = arrived.clone();
+        async move {
+            let (answer, go) = oneshot::channel();
+            arrived.send(answer).unwrap();
+            let _ = go.await;
+            let events = futures_util::stream::iter([Ok::<_, Infallible>(
+                bytes::Bytes::from_static(b"data: [DONE]\n\n"),
+            )]);
+            axum::response::Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(events))
+                .unwrap()
+        }
+    };
+    let app = Router::new()
+        .route("/metrics", get(|| async { STUB_METRICS }))
+        .route("/v1/chat/completions", post(chat));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (addr, arrivals)
+}
+
+async fn next_arrival(
+    arrivals: &mut mpsc::UnboundedReceiver<oneshot::Sender<()>>,
+) -> oneshot::Sender<()> {
+    tokio::time::timeout(Duration::from_secs(10), arrivals.recv())
+        .await
+        .expect("a request arrives at the replica")
+        .expect("the stub runs")
+}
+
+#[tokio::test]
+async fn streamed_requests_past_the_unanswered_limit_wait_and_go_as_the_replica_answers() {
+    let (addr, mut arrivals) = start_holding_stub().await;
+    let mut config = loopback_config(vec![replica("stub", addr)]);
+    config.reliability.admission.max_unanswered_per_replica = 2;
+    let gateway = Arc::new(start_gateway(config).await);
+    let send = |stream: bool| {
+        let gateway = gateway.clone();
+        tokio::spawn(async move {
+            let response = reqwest::Client::new()
+                .post(url(&gateway, "/v1/chat/completions"))
+                .json(&chat_body(10, 2, stream))
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            response.bytes().await.unwrap();
+            status
+        })
+    };
+    let streamed: Vec<_> = (0..5).map(|_| send(true)).collect();
+    let mut answers = vec![next_arrival(&mut arrivals).await, next_arrival(&mut arrivals).await];
+    let waiting = |gateway: &laneway::gateway::GatewayHandle| {
+        sample(&gateway.metrics_text(), "laneway_answer_gate_waiting").unwrap_or(-1.0)
+    };
+    wait_until("three streamed requests to wait at the gateway", || waiting(&gateway) == 3.0).await;
+    // Three wait, two are unanswered: none is on its way to the replica.
+    assert!(arrivals.try_recv().is_err(), "a third request reached the replica");
+    // A request that is not streamed is answered with its whole body: it never waits.
+    let whole = send(false);
+    next_arrival(&mut arrivals).await.send(()).unwrap();
+    assert_eq!(whole.await.unwrap(), 200);
+    assert_eq!(waiting(&gateway), 3.0);
+    // Each answer lets exactly one waiting request go.
+    for still_waiting in [2.0, 1.0, 0.0] {
+        answers.remove(0).send(()).unwrap();
+        answers.push(next_arrival(&mut arrivals).await);
+        wait_until("one fewer to wait", || waiting(&gateway) == still_waiting).await;
+    }
+    for answer in answers {
+        answer.send(()).unwrap();
+    }
+    for client in streamed {
+        assert_eq!(client.await.unwrap(), 200);
+    }
+    let held = sample(&gateway.metrics_text(), "laneway_answer_gate_held_total");
+    assert_eq!(held, Some(3.0));
+}
