@@ -11,7 +11,8 @@
 # The fleet runs at ROUTING_SPEED (2); goodput counts requests with TTFT <= 1 s and
 # TPOT <= 50 ms in simulated time, i.e. 500 ms and 25 ms on the wall clock at speed 2,
 # and laneway's entries are given that SLO. ROUTING_BASELINE=BINARY adds that build's
-# predicted_latency as one more target (a before/after in the same run).
+# predicted_latency (or ROUTING_BASELINE_POLICY) as one more target (a before/after in the
+# same run).
 
 ROUTING_SPEED="${ROUTING_SPEED:-2}"
 ROUTING_RATES="${ROUTING_RATES:-4 6}"
@@ -87,8 +88,10 @@ start_routing_peers() {
     start_laneway_fleet laneway-predicted predicted_latency
     start_laneway_fleet laneway-least-queue least_queue
     # ROUTING_BASELINE=BINARY: that build's predicted_latency too, for a before/after.
+    local baseline_policy="${ROUTING_BASELINE_POLICY:-predicted_latency}"
     [[ -n "${ROUTING_BASELINE:-}" ]] &&
-        start_laneway_fleet laneway-predicted-baseline predicted_latency "$ROUTING_BASELINE"
+        start_laneway_fleet "laneway-baseline-${baseline_policy//_/-}" "$baseline_policy" \
+            "$ROUTING_BASELINE"
     start_haproxy_on haproxy-lc-close-nd leastconn close nodelay "${FLEET[@]}"
     start_haproxy_on haproxy-rr-nd roundrobin keepalive nodelay "${FLEET[@]}"
     start_router_on sglang power_of_two "${FLEET[@]}"

@@ -79,14 +79,34 @@ impl Connector {
         request: Request<ProxyBody>,
         path: Option<PathAndQuery>,
     ) -> Result<Response<Incoming>, GatewayError> {
-        let sent =
-            tokio::time::timeout(self.first_byte_timeout, self.send_now(replica, request, path));
-        sent.await.unwrap_or_else(|_| {
-            Err(GatewayError::UpstreamTimeout {
-                replica: replica.name.clone(),
-                after: self.first_byte_timeout,
-            })
-        })
+        let deadline = self.first_byte_deadline();
+        self.send_by(replica, request, path, deadline).await
+    }
+
+    /// When the response headers of a request sent now are due.
+    pub fn first_byte_deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now() + self.first_byte_timeout
+    }
+
+    /// The first-byte timeout error for `replica`.
+    pub fn first_byte_timed_out(&self, replica: &Replica) -> GatewayError {
+        GatewayError::UpstreamTimeout {
+            replica: replica.name.clone(),
+            after: self.first_byte_timeout,
+        }
+    }
+
+    /// [`Self::send`] with the response headers due by `deadline` (a request that waited
+    /// for its replica to answer earlier ones has spent part of its first-byte time).
+    pub async fn send_by(
+        &self,
+        replica: &Replica,
+        request: Request<ProxyBody>,
+        path: Option<PathAndQuery>,
+        deadline: tokio::time::Instant,
+    ) -> Result<Response<Incoming>, GatewayError> {
+        let sent = tokio::time::timeout_at(deadline, self.send_now(replica, request, path));
+        sent.await.unwrap_or_else(|_| Err(self.first_byte_timed_out(replica)))
     }
 
     async fn send_now(

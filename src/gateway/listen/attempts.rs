@@ -96,7 +96,10 @@ pub async fn forward(
     let mut attempt = 1;
     loop {
         let upstream_request = rebuild(request.parts, full(request.body.clone()));
-        // A place among the replica's unanswered streamed requests, held until it answers.
+        // The response headers are due within `timeouts.first_byte_ms`, a wait for a place
+        // among the replica's unanswered streamed requests included (held until it
+        // answers): a replica that stops answering holds nobody longer than without one.
+        let deadline = connector.first_byte_deadline();
         let unanswered = if request.streams {
             admission.limits().max_unanswered_per_replica
         } else {
@@ -104,10 +107,14 @@ pub async fn forward(
         };
         let metrics = &state.shared.reliability_metrics;
         let (waiting, held) = (&metrics.answer_gate_waiting, &metrics.answer_gate_held);
-        let answer_place = replica.load.answer_gate.enter_counted(unanswered, waiting, held).await;
+        let entering = replica.load.answer_gate.enter_counted(unanswered, waiting, held);
+        let Ok(answer_place) = tokio::time::timeout_at(deadline, entering).await else {
+            // The replica's own requests time out and count against its health; this one
+            // never reached it.
+            return Err(connector.first_byte_timed_out(&replica));
+        };
         state.metrics.record_overhead(OverheadPhase::Request, ctx.received_at);
-        // The connector bounds the wait for the response headers (`timeouts.first_byte_ms`).
-        let sent = connector.send(&replica, upstream_request, None).await;
+        let sent = connector.send_by(&replica, upstream_request, None, deadline).await;
         drop(answer_place);
         let last = attempt >= reliability.retry.max_attempts;
         let retryable = match sent {
