@@ -11,36 +11,96 @@
 //! reach the replica as it answers, each one to a process that is free to take it. Requests
 //! that are not streamed are never held: their headers come with the whole answer.
 
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures_util::FutureExt;
+use parking_lot::Mutex;
 use prometheus::{IntCounter, IntGauge};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
 use crate::gateway::config::reliability::NO_REPLICA_LIMIT;
 
 /// One replica's places for unanswered streamed requests.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct AnswerGate {
-    /// Made at the first streamed request, with the limit configured then (first come,
-    /// first served: tokio's semaphore is fair).
-    places: OnceLock<(Semaphore, usize)>,
+    /// First come, first served (tokio's semaphore is fair). It holds no place until the
+    /// first streamed request sets its size to the limit.
+    places: Semaphore,
+    size: Mutex<Sizing>,
+    /// The limit, while the semaphore holds exactly its places (a request then takes no
+    /// lock); [`UNSETTLED`] otherwise.
+    settled: AtomicU64,
+}
+
+/// The last limit set, and the places the semaphore holds in all, taken or free: the
+/// limit's, or more while a lowered limit waits for taken places to come back.
+#[derive(Debug, Default)]
+struct Sizing {
+    limit: u64,
+    size: usize,
+}
+
+const UNSETTLED: u64 = u64::MAX;
+
+impl Default for AnswerGate {
+    fn default() -> Self {
+        Self {
+            places: Semaphore::new(0),
+            size: Mutex::new(Sizing::default()),
+            settled: AtomicU64::new(UNSETTLED),
+        }
+    }
 }
 
 impl AnswerGate {
     /// Waits for a place under `limit` ([`NO_REPLICA_LIMIT`]: none, no wait). The place is
     /// held until the returned permit is dropped, when the replica answered (or failed to).
+    /// A changed limit (a reload) applies at once when raised, and as places come back when
+    /// lowered.
     pub async fn enter(&self, limit: u64) -> Option<SemaphorePermit<'_>> {
         if limit == NO_REPLICA_LIMIT {
             return None;
         }
-        let (places, _) = self.places.get_or_init(|| {
-            let size = usize::try_from(limit).unwrap_or(Semaphore::MAX_PERMITS);
-            let size = size.min(Semaphore::MAX_PERMITS);
-            (Semaphore::new(size), size)
-        });
-        // The semaphore is never closed.
-        places.acquire().await.ok()
+        if self.settled.load(Ordering::Acquire) != limit {
+            self.resize(limit);
+        }
+        loop {
+            // The semaphore is never closed.
+            let place = self.places.acquire().await.ok()?;
+            let target = self.settled.load(Ordering::Acquire);
+            if target != UNSETTLED {
+                return Some(place);
+            }
+            // A lowered limit (the last one set wins): a place that comes back while the
+            // gate holds more than it is given up for good instead of taken.
+            let mut gate = self.size.lock();
+            if gate.size > places_for(gate.limit) {
+                place.forget();
+                gate.size -= 1;
+                self.settle(&gate);
+                continue;
+            }
+            return Some(place);
+        }
+    }
+
+    fn resize(&self, limit: u64) {
+        let mut gate = self.size.lock();
+        gate.limit = limit;
+        let wanted = places_for(limit);
+        if gate.size < wanted {
+            self.places.add_permits(wanted - gate.size);
+            gate.size = wanted;
+        } else if gate.size > wanted {
+            gate.size -= self.places.forget_permits(gate.size - wanted);
+        }
+        self.settle(&gate);
+    }
+
+    /// Records whether the gate holds exactly its limit's places.
+    fn settle(&self, gate: &Sizing) {
+        let settled = if gate.size == places_for(gate.limit) { gate.limit } else { UNSETTLED };
+        self.settled.store(settled, Ordering::Release);
     }
 
     /// [`Self::enter`], counting a request that has to wait in `held`, and in `waiting`
@@ -63,8 +123,14 @@ impl AnswerGate {
 
     /// Streamed requests sent and not answered yet (while a limit is in force).
     pub fn unanswered(&self) -> u64 {
-        self.places.get().map_or(0, |(places, size)| (size - places.available_permits()) as u64)
+        let size = self.size.lock().size;
+        size.saturating_sub(self.places.available_permits()) as u64
     }
+}
+
+/// The semaphore's places for `limit`.
+fn places_for(limit: u64) -> usize {
+    usize::try_from(limit).unwrap_or(usize::MAX).min(Semaphore::MAX_PERMITS)
 }
 
 /// Decrements `gauge` when dropped.
@@ -113,6 +179,27 @@ mod tests {
         drop(first);
         assert!(second.now_or_never().expect("room now").is_some());
         assert_eq!((waiting.get(), held.get()), (0, 2));
+    }
+
+    #[test]
+    fn a_changed_limit_applies_raised_at_once_and_lowered_as_places_come_back() {
+        let gate = AnswerGate::default();
+        let first = gate.enter(1).now_or_never().expect("room");
+        let mut second = Box::pin(gate.enter(1));
+        assert!((&mut second).now_or_never().is_none());
+        // Raised to 3: the waiter gets a place, and so does one more.
+        let third = gate.enter(3).now_or_never().expect("room after raising");
+        let second = second.now_or_never().expect("room after raising");
+        assert_eq!(gate.unanswered(), 3);
+        // Lowered to 1 with three taken: nobody enters until two are answered.
+        let mut fourth = Box::pin(gate.enter(1));
+        assert!((&mut fourth).now_or_never().is_none());
+        drop((first, third));
+        assert!((&mut fourth).now_or_never().is_none(), "two places went back to the limit");
+        drop(second);
+        let fourth = fourth.now_or_never().expect("one place under the new limit");
+        assert!(fourth.is_some());
+        assert!(gate.enter(1).now_or_never().is_none(), "the limit is one again");
     }
 
     #[test]
