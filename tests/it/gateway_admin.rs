@@ -58,6 +58,7 @@ async fn drain_lets_in_flight_streams_finish_and_sends_nothing_new() {
     let replicas = admin_json(&gateway, "/admin/replicas").await;
     assert_eq!(replica_state(&replicas, "stub")["draining"], true);
     assert_eq!(replica_state(&replicas, "stub")["in_flight"], 1);
+    assert_eq!(replica_state(&replicas, "stub")["unanswered"], 0, "streaming: it answered");
     assert_eq!(replica_state(&replicas, "sim-0")["draining"], false);
     for _ in 0..10 {
         let response = post_chat(&client, &gateway, &chat_body(20, 2, false)).await;

@@ -13,7 +13,8 @@ use axum::routing::{get, post};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::support::gateway::{
-    STUB_METRICS, chat_body, loopback_config, replica, sample, start_gateway, url, wait_until,
+    STUB_METRICS, admin_json, chat_body, loopback_config, replica, sample, start_gateway, url,
+    wait_until,
 };
 
 /// A replica that answers (sends the response headers) only when the test says so: each
@@ -81,6 +82,8 @@ async fn streamed_requests_past_the_unanswered_limit_wait_and_go_as_the_replica_
     wait_until("three streamed requests to wait at the gateway", || waiting(&gateway) == 3.0).await;
     // Three wait, two are unanswered: none is on its way to the replica.
     assert!(arrivals.try_recv().is_err(), "a third request reached the replica");
+    let replicas = admin_json(&gateway, "/admin/replicas").await;
+    assert_eq!(replicas["replicas"][0]["unanswered"], 2, "{replicas:#}");
     // A request that is not streamed is answered with its whole body: it never waits.
     let whole = send(false);
     next_arrival(&mut arrivals).await.send(()).unwrap();

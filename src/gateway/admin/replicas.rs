@@ -36,6 +36,8 @@ fn describe(state: &GatewayState, replica: &Replica, now: Instant) -> Value {
         "accepts_new_requests": replica.accepts_new_requests(),
         "in_flight": load.in_flight(),
         "in_flight_prompt_tokens": load.in_flight_prompt_tokens(),
+        // Streamed requests it has been sent and not answered (its API backlog).
+        "unanswered": load.answer_gate.unanswered(),
         // Reported figures are shown only while fresh, as the picker uses them.
         "reported_waiting": reported.map(|r| r.waiting),
         "reported_running": reported.map(|r| r.running),

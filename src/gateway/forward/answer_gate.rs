@@ -121,7 +121,8 @@ impl AnswerGate {
         entering.await
     }
 
-    /// Streamed requests sent and not answered yet (while a limit is in force).
+    /// Streamed requests sent and not answered yet (while a limit is in force), for
+    /// `/admin/replicas`.
     pub fn unanswered(&self) -> u64 {
         let size = self.size.lock().size;
         size.saturating_sub(self.places.available_permits()) as u64
