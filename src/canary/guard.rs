@@ -132,9 +132,15 @@ impl GuardSettings {
         self.alpha / self.guarded.len().max(1) as f64
     }
 
+    /// The e-value one metric needs on its own evidence to be worse (alpha split evenly
+    /// over the guarded metrics).
+    pub fn worse_evidence_alone(&self) -> f64 {
+        1.0 / self.metric_alpha()
+    }
+
     /// The log-wealth a bettor must reach to reject a null at the metric level.
     pub fn log_target(&self) -> f64 {
-        (1.0 / self.metric_alpha()).ln()
+        self.worse_evidence_alone().ln()
     }
 
     pub fn is_guarded(&self, metric: Metric) -> bool {

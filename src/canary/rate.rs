@@ -100,7 +100,7 @@ impl RateTest {
             margin: self.margin,
             pairs: self.pairs(),
             worse_evidence: self.worse_evidence(),
-            worse_evidence_alone: 1.0 / settings.metric_alpha(),
+            worse_evidence_alone: settings.worse_evidence_alone(),
             more_pairs_needed,
         }
     }
@@ -119,7 +119,7 @@ mod tests {
             failing.add(false, n % 5 == 0);
             same.add(false, false);
         }
-        assert!(failing.worse_evidence() >= 1.0 / settings.metric_alpha());
+        assert!(failing.worse_evidence() >= settings.worse_evidence_alone());
         let verdict = failing.verdict(&settings, true);
         assert_eq!(verdict.decision, Decision::Worse);
         assert!((verdict.estimate.unwrap() - 0.2).abs() < 1e-9);

@@ -263,7 +263,7 @@ impl Comparison {
             return self.worse_metrics.contains(&metric);
         }
         let (evidence, pairs) = self.worse_evidence(metric);
-        pairs >= settings.min_pairs && evidence >= 1.0 / settings.metric_alpha()
+        pairs >= settings.min_pairs && evidence >= settings.worse_evidence_alone()
     }
 
     fn tails(&self) -> impl Iterator<Item = (&TailTest, &LatencyStream)> {
@@ -392,7 +392,7 @@ mod tests {
                 looks.push(comparison.decision());
                 alone |= settings.guarded.iter().any(|&metric| {
                     let (evidence, pairs) = comparison.worse_evidence(metric);
-                    pairs >= settings.min_pairs && evidence >= 1.0 / settings.metric_alpha()
+                    pairs >= settings.min_pairs && evidence >= settings.worse_evidence_alone()
                 });
             }
         }

@@ -154,7 +154,7 @@ impl TailTest {
             margin: self.margin,
             pairs: self.pairs(),
             worse_evidence: self.worse_evidence(),
-            worse_evidence_alone: 1.0 / settings.metric_alpha(),
+            worse_evidence_alone: settings.worse_evidence_alone(),
             more_pairs_needed,
         }
     }
@@ -183,7 +183,7 @@ mod tests {
         for n in 0..200 {
             test.add(n % 20 == 0, 2.5);
         }
-        assert!(test.worse_evidence() >= 1.0 / settings.metric_alpha());
+        assert!(test.worse_evidence() >= settings.worse_evidence_alone());
         let verdict = test.verdict(&settings, Some(2.5), true);
         assert_eq!(verdict.decision, Decision::Worse);
         let low = verdict.low.unwrap();
