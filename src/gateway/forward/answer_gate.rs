@@ -26,7 +26,7 @@ pub struct AnswerGate {
     /// First come, first served (tokio's semaphore is fair). It holds no place until the
     /// first streamed request sets its size to the limit.
     places: Semaphore,
-    size: Mutex<Sizing>,
+    sizing: Mutex<Sizing>,
     /// The limit, while the semaphore holds exactly its places (a request then takes no
     /// lock); [`UNSETTLED`] otherwise.
     settled: AtomicU64,
@@ -46,7 +46,7 @@ impl Default for AnswerGate {
     fn default() -> Self {
         Self {
             places: Semaphore::new(0),
-            size: Mutex::new(Sizing::default()),
+            sizing: Mutex::new(Sizing::default()),
             settled: AtomicU64::new(UNSETTLED),
         }
     }
@@ -67,13 +67,12 @@ impl AnswerGate {
         loop {
             // The semaphore is never closed.
             let place = self.places.acquire().await.ok()?;
-            let target = self.settled.load(Ordering::Acquire);
-            if target != UNSETTLED {
+            if self.settled.load(Ordering::Acquire) != UNSETTLED {
                 return Some(place);
             }
             // A lowered limit (the last one set wins): a place that comes back while the
             // gate holds more than it is given up for good instead of taken.
-            let mut gate = self.size.lock();
+            let mut gate = self.sizing.lock();
             if gate.size > places_for(gate.limit) {
                 place.forget();
                 gate.size -= 1;
@@ -85,7 +84,7 @@ impl AnswerGate {
     }
 
     fn resize(&self, limit: u64) {
-        let mut gate = self.size.lock();
+        let mut gate = self.sizing.lock();
         gate.limit = limit;
         let wanted = places_for(limit);
         if gate.size < wanted {
@@ -124,7 +123,7 @@ impl AnswerGate {
     /// Streamed requests sent and not answered yet (while a limit is in force), for
     /// `/admin/replicas`.
     pub fn unanswered(&self) -> u64 {
-        let size = self.size.lock().size;
+        let size = self.sizing.lock().size;
         size.saturating_sub(self.places.available_permits()) as u64
     }
 }
