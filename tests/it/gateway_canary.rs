@@ -1,7 +1,6 @@
 //! Canary variants on live traffic: requests are split by weight and stay on one variant per
-//! user, weights change under load without a failed request, and two identical variants
-//! raise no alarm (that the report names a clearly slower pool is a wall-clock comparison:
-//! `tests/load/canary_pools.rs`).
+//! user, weights change under load without a failed request (what the report concludes
+//! from latencies is a wall-clock comparison: `tests/load/canary_pools.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -143,31 +142,6 @@ async fn weights_change_at_runtime_without_failing_a_request() {
     assert_eq!(variants["entries"][0]["variants"][1]["weight"], 1);
     assert_eq!(variants["entries"][0]["variants"][0]["weight"], 0);
     Arc::into_inner(gateway).unwrap().shutdown().await;
-}
-
-#[tokio::test]
-async fn two_identical_variants_raise_no_alarm() {
-    const USERS: usize = 120;
-    let sims = start_sims(2, 1).await;
-    let mut config = config_for(&sims);
-    config.canary.sticky_header = Some(USER_HEADER.parse().unwrap());
-    config.short.variants = vec![
-        variant("a", Strategy::ForceClose, None, 1),
-        variant("b", Strategy::ForceClose, None, 1),
-    ];
-    let gateway = start_gateway(config).await;
-    let results = stream_as_users(&gateway, USERS).await;
-    assert!(results.iter().all(|(status, _, _)| *status == 200));
-    let report = admin_json(&gateway, "/admin/canary").await;
-    let verdicts = &report["entries"][0]["variants"][1]["window_vs_baseline"];
-    // Same replicas, same strategy, interleaved traffic: never "slower" or "faster". (That
-    // the difference is also bounded, "no difference", is asserted on recorded samples in
-    // the canary module, where the noise of a shared machine cannot widen the interval.)
-    for metric in ["ttft", "tpot"] {
-        let verdict = verdicts[metric]["verdict"].as_str().unwrap();
-        assert!(["no_difference", "inconclusive"].contains(&verdict), "{metric}: {report:#}");
-    }
-    gateway.shutdown().await;
 }
 
 #[tokio::test]

@@ -1,8 +1,10 @@
 //! The canary report names a clearly slower pool: its verdict rests on TTFT and TPOT
 //! measured on the wall clock, so it runs here, alone, not beside the functional tests.
 
+use crate::canary_traffic::{balanced_users, stream_as_named};
 use crate::support::canary::*;
 use crate::support::gateway::*;
+use laneway::canary::{VariantTable, WeightedVariant};
 use laneway::gateway::Strategy;
 use laneway::sim::Fault;
 
@@ -21,8 +23,13 @@ async fn the_report_names_a_clearly_slower_pool() {
         variant("fast", Strategy::ForceClose, Some("fast"), 1),
         variant("slow", Strategy::ForceClose, Some("slow"), 1),
     ];
+    let table = VariantTable::new(vec![
+        WeightedVariant { name: "fast".into(), weight: 1 },
+        WeightedVariant { name: "slow".into(), weight: 1 },
+    ])
+    .unwrap();
     let gateway = start_gateway(config).await;
-    let results = stream_as_users(&gateway, USERS).await;
+    let results = stream_as_named(&gateway, &balanced_users(&table, USERS / 2, 1)).await;
     assert!(results.iter().all(|(status, _, _)| *status == 200));
     let report = report_once_recorded(&gateway, USERS as u64).await;
     let short = &report["entries"][0];

@@ -9,6 +9,8 @@
 mod support;
 
 mod canary_pools;
+mod canary_traffic;
+mod canary_twins;
 mod gateway_reliability;
 mod routing_fault;
 mod sim_pinning;

@@ -1,7 +1,6 @@
 //! Canary tests' client side: requests sent as a named user (the sticky header) and the
 //! canary report read once every request is counted.
 
-use futures_util::StreamExt;
 use laneway::gateway::GatewayHandle;
 
 use super::gateway::{admin_json, chat_body, header, url};
@@ -29,20 +28,6 @@ pub async fn send_as(
     let body = response.bytes().await.unwrap();
     assert!(!stream || body.ends_with(b"data: [DONE]\n\n"), "stream cut short");
     (status, variant, strategy)
-}
-
-/// One streamed request from each of `users` users (`user-0`, ...), four at a time:
-/// (status, variant, replica) of each.
-pub async fn stream_as_users(gateway: &GatewayHandle, users: usize) -> Vec<(u16, String, String)> {
-    let client = reqwest::Client::new();
-    futures_util::stream::iter(0..users)
-        .map(|user| {
-            let client = &client;
-            async move { send_as(client, gateway, &format!("user-{user}"), true).await }
-        })
-        .buffer_unordered(4)
-        .collect()
-        .await
 }
 
 /// The canary report once the first entry has recorded `requests` since start. A stream's

@@ -22,11 +22,16 @@ pub const SPEED: f64 = 10.0;
 
 /// Starts `count` tiny replicas with `api_workers` API processes each, named `sim-N`.
 pub async fn start_sims(count: usize, api_workers: usize) -> Vec<SimHandle> {
+    start_sims_at(count, api_workers, SPEED).await
+}
+
+/// `count` tiny simulated replicas running `speed` times faster than the profile.
+pub async fn start_sims_at(count: usize, api_workers: usize, speed: f64) -> Vec<SimHandle> {
     let mut sims = Vec::new();
     for index in 0..count {
         let mut config = SimConfig::with_profile(format!("sim-{index}"), "tiny").unwrap();
         config.api_workers = api_workers;
-        config.speed = SPEED;
+        config.speed = speed;
         config.seed = index as u64 + 1;
         sims.push(sim::spawn(config).await.unwrap());
     }
