@@ -16,7 +16,6 @@ use tracing::Instrument;
 use super::ListenerRole;
 use super::attempts::{self, Forwarding};
 use super::body_deadline::{BodyTimedOut, DeadlineBody};
-use super::detach::detach;
 use super::respond::{Placed, respond, tag};
 use crate::gateway::admission::HeldBody;
 use crate::gateway::body::{ProxyBody, boxed};
@@ -224,12 +223,9 @@ async fn classify_request(
         let path = endpoint.path().to_string();
         return Err(GatewayError::MethodNotAllowed { method, path });
     }
-    let (mut parts, body) = request.into_parts();
+    let (parts, body) = request.into_parts();
     let limits = (state.config.body_limit_bytes, state.config.reliability.timeouts.client_body);
-    let mut body = read_body(&parts, body, limits).await?;
-    detach(&mut parts, &mut body);
-    // The context's target was a view of the read buffer too.
-    ctx.uri = parts.uri.clone();
+    let body = read_body(&parts, body, limits).await?;
     let threshold = state.config.short_threshold_tokens;
     let (classification, model) =
         classify::classify_with_model(endpoint, &body, named, threshold, true)

@@ -5,7 +5,6 @@ mod attempts;
 pub mod auth;
 mod body_deadline;
 pub mod connection;
-mod detach;
 pub mod dispatch;
 mod models;
 pub mod request_id;

@@ -39,14 +39,12 @@ fn id_with(prefix: &str, sequence: u64) -> HeaderValue {
 }
 
 /// The request's id: the client's if it sent a usable one, else a new one written into
-/// `headers` so that the replica sees the same id. The client's is copied: the request
-/// keeps its id to the end, and a view would keep the connection's read buffer with it
-/// (`detach`).
+/// `headers` so that the replica sees the same id.
 pub fn accept_or_create(headers: &mut HeaderMap) -> HeaderValue {
     if let Some(value) = headers.get(&REQUEST_ID)
         && usable(value)
     {
-        return HeaderValue::from_bytes(value.as_bytes()).unwrap_or_else(|_| value.clone());
+        return value.clone();
     }
     let id = create();
     headers.insert(REQUEST_ID, id.clone());
