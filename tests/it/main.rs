@@ -25,6 +25,7 @@ mod gateway_discovery;
 mod gateway_entries;
 mod gateway_hardening;
 mod gateway_prefix;
+mod gateway_replica_names;
 mod gateway_routing;
 mod gateway_scale_out;
 mod gateway_strategies;

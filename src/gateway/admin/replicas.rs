@@ -25,9 +25,13 @@ fn describe(state: &GatewayState, replica: &Replica, now: Instant) -> Value {
         .filter(|pool| pool.replicas.contains(&replica.name))
         .map(|pool| pool.name.as_str())
         .collect();
+    let (addresses, address_lookups) = replica.addresses.kept();
     json!({
         "name": replica.name,
         "url": format!("{}://{}", replica.scheme(), replica.authority),
+        // What a host name resolved to, kept between connects (empty for an IP address).
+        "addresses": addresses.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "address_lookups": address_lookups,
         "node": replica.node,
         "nodes": replica.nodes().collect::<Vec<_>>(),
         "rack": replica.placement.rack,

@@ -14,6 +14,7 @@ use rustls_pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
+use super::addresses::ReplicaAddresses;
 use super::upstream_error::{self, ConnectError, connect_failed};
 use crate::gateway::body::ProxyBody;
 use crate::gateway::error::GatewayError;
@@ -27,6 +28,8 @@ pub struct Upstream<'a> {
     pub name: &'a str,
     /// `host:port`.
     pub authority: &'a str,
+    /// Where `authority` points.
+    pub addresses: &'a ReplicaAddresses,
     /// For an https replica, the TLS client and the name its certificate must carry.
     pub tls: Option<(&'a UpstreamTls, &'a ServerName<'static>)>,
 }
@@ -36,6 +39,7 @@ impl<'a> Upstream<'a> {
         Self {
             name: &replica.name,
             authority: &replica.authority,
+            addresses: &replica.addresses,
             tls: replica.server_name.as_ref().map(|name| (tls, name)),
         }
     }
@@ -53,13 +57,28 @@ pub async fn connect(
         // that may open a connection would otherwise carry it, http or not.
         return Box::pin(connect_tls(upstream, tls, server_name, timeout)).await;
     }
-    let stream = tokio::time::timeout(timeout, TcpStream::connect(upstream.authority))
-        .await
-        .map_err(|_| connect_error(ConnectError::TimedOut(timeout)))?
-        .map_err(|error| connect_error(ConnectError::Tcp(error)))?;
-    // Tokens are small writes: do not let Nagle hold them back.
-    stream.set_nodelay(true).map_err(|error| connect_error(ConnectError::Tcp(error)))?;
+    let stream = tokio::time::timeout(timeout, connect_tcp(upstream)).await.map_err(|_| {
+        upstream.addresses.doubt();
+        connect_error(ConnectError::TimedOut(timeout))
+    })??;
     handshake(upstream.name, stream).await
+}
+
+/// A TCP connection to the first of the replica's addresses that accepts, without Nagle
+/// (tokens are small writes). A refused connect casts doubt on the addresses kept.
+async fn connect_tcp(upstream: Upstream<'_>) -> Result<TcpStream, GatewayError> {
+    let connect_error = |error| connect_failed(upstream.name, error);
+    let addresses = upstream
+        .addresses
+        .get()
+        .await
+        .map_err(|error| connect_error(ConnectError::Resolve(error)))?;
+    let stream = TcpStream::connect(addresses.as_slice()).await.map_err(|error| {
+        upstream.addresses.doubt();
+        connect_error(ConnectError::Tcp(error))
+    })?;
+    stream.set_nodelay(true).map_err(|error| connect_error(ConnectError::Tcp(error)))?;
+    Ok(stream)
 }
 
 /// [`connect`] to an https replica: TCP, then TLS, within the one `timeout`.
@@ -71,17 +90,15 @@ async fn connect_tls(
 ) -> Result<SendRequest<ProxyBody>, GatewayError> {
     let connect_error = |error| connect_failed(upstream.name, error);
     let secured = async {
-        let tcp = TcpStream::connect(upstream.authority)
-            .await
-            .map_err(|error| connect_error(ConnectError::Tcp(error)))?;
-        tcp.set_nodelay(true).map_err(|error| connect_error(ConnectError::Tcp(error)))?;
+        let tcp = connect_tcp(upstream).await?;
         tls.connect(upstream.authority, server_name, tcp)
             .await
             .map_err(|error| connect_error(ConnectError::Tls(error)))
     };
-    let stream = tokio::time::timeout(timeout, secured)
-        .await
-        .map_err(|_| connect_error(ConnectError::TlsTimedOut(timeout)))??;
+    let stream = tokio::time::timeout(timeout, secured).await.map_err(|_| {
+        upstream.addresses.doubt();
+        connect_error(ConnectError::TlsTimedOut(timeout))
+    })??;
     handshake(upstream.name, stream).await
 }
 

@@ -14,6 +14,8 @@ pub enum ConnectError {
     TimedOut(Duration),
     #[error("connect and TLS handshake timed out after {0:?}")]
     TlsTimedOut(Duration),
+    #[error("cannot resolve its address")]
+    Resolve(#[source] std::io::Error),
     #[error("TCP connect")]
     Tcp(#[source] std::io::Error),
     #[error("TLS handshake")]

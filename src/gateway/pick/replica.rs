@@ -1,6 +1,7 @@
 //! One replica as the picker sees it: its address and the lock-free load figures that the
 //! request path, the in-flight guard and the metrics scraper update.
 
+use crate::gateway::forward::addresses::ReplicaAddresses;
 use crate::gateway::forward::answer_gate::AnswerGate;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -26,6 +27,8 @@ pub struct Replica {
     pub name_header: Option<HeaderValue>,
     /// `host:port`.
     pub authority: String,
+    /// What `authority` resolves to, kept between connects.
+    pub addresses: ReplicaAddresses,
     /// Fault domain (the first, when it spans several nodes).
     pub node: String,
     /// Further nodes, rack and configured capacity at SLO.
@@ -51,6 +54,7 @@ impl Replica {
             name_hash: super::prefix::hash_bytes(config.name.as_bytes()),
             name_header: HeaderValue::from_str(&config.name).ok(),
             authority: config.authority.clone(),
+            addresses: ReplicaAddresses::new(&config.authority),
             node: config.node.clone(),
             placement: config.placement.clone(),
             // Validation refused https URLs whose host is no server name.
