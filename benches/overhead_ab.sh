@@ -10,6 +10,8 @@
 # 5,000 req/s, then a saturation run over $AB_CONCURRENCY connections (default 32; the
 # simulated replicas' ~1 ms timer floor caps direct access near 16,000 req/s at 32).
 # Output: a table per run on stdout, JSON in $AB_OUT (default /tmp/overhead-ab).
+# AB_REPLICA_HOST=localhost names the replicas to the gateways by that host name instead of
+# 127.0.0.1 (direct access keeps the address), as a fleet named by DNS is.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -39,8 +41,10 @@ declare -A GATEWAY_PIDS=()
 # start_gateway NAME BINARY STRATEGY
 start_gateway() {
     local name="$1" binary="$2" strategy="$3" config="$WORK/$1.toml"
+    local host="${AB_REPLICA_HOST:-127.0.0.1}"
     sed -e "s|@LISTEN@|127.0.0.1:0|" -e "s|@ADMIN@|127.0.0.1:0|" \
-        -e "s|@R0@|$R0|" -e "s|@R1@|$R1|" "$ROOT/benches/peers/laneway-tp8x2.toml" >"$config"
+        -e "s|@R0@|${R0/127.0.0.1/$host}|" -e "s|@R1@|${R1/127.0.0.1/$host}|" \
+        "$ROOT/benches/peers/laneway-tp8x2.toml" >"$config"
     if [[ "$strategy" == spread ]]; then
         sed -i 's|^strategy = "force_close"|strategy = "spread"\nspread_connections = 16|' "$config"
     fi
