@@ -94,6 +94,28 @@ impl ReplicaAddresses {
         (kept.unwrap_or_default(), self.resolved.lookups.load(Ordering::Relaxed))
     }
 
+    /// A connect reached `address`: when the answer lists others before it (which refused,
+    /// as `::1` does for a replica listening on `127.0.0.1` only), it goes first from now
+    /// on, so that each connect does not try them again.
+    pub fn connected_to(&self, address: SocketAddr) {
+        let Some(answer) = self.resolved.answer.load_full() else { return };
+        let Some(position) = answer.addresses.iter().position(|known| *known == address) else {
+            return;
+        };
+        if position == 0 {
+            return;
+        }
+        let mut addresses = answer.addresses.clone();
+        addresses[..=position].rotate_right(1);
+        let reordered = Answer {
+            addresses,
+            looked_up_at: answer.looked_up_at,
+            doubted: AtomicBool::new(false),
+        };
+        // Only over the answer it reorders: a fresher lookup stays.
+        self.resolved.answer.compare_and_swap(&answer, Some(Arc::new(reordered)));
+    }
+
     /// A connect to the kept addresses failed: the next request looks them up again.
     pub fn doubt(&self) {
         if let Some(answer) = self.resolved.answer.load().as_ref() {
@@ -194,6 +216,20 @@ mod tests {
         // (The background lookup may have stored its own answer since: as fresh.)
         let Addresses::Resolved(after) = addresses.get().await.unwrap() else { panic!() };
         assert!(!Arc::ptr_eq(&after, &first) && !after.is_due(Instant::now()));
+    }
+
+    #[test]
+    fn the_address_that_accepted_goes_first() {
+        let addresses = ReplicaAddresses::new("replica:8000");
+        let (v6, v4, other) = ("[::1]:8000", "127.0.0.1:8000", "10.0.0.1:8000");
+        let listed = [v6, other, v4].map(|a| a.parse::<SocketAddr>().unwrap());
+        addresses.resolved.answer.store(Some(Arc::new(Answer::new(listed.to_vec()))));
+        addresses.connected_to(v4.parse().unwrap());
+        let (kept, _) = addresses.kept();
+        assert_eq!(kept, [listed[2], listed[0], listed[1]]);
+        addresses.connected_to(v4.parse().unwrap());
+        addresses.connected_to("10.9.9.9:8000".parse().unwrap());
+        assert_eq!(addresses.kept().0, kept, "already first, or not listed: unchanged");
     }
 
     #[tokio::test]

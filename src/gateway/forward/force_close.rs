@@ -77,6 +77,11 @@ async fn connect_tcp(upstream: Upstream<'_>) -> Result<TcpStream, GatewayError> 
         upstream.addresses.doubt();
         connect_error(ConnectError::Tcp(error))
     })?;
+    if addresses.as_slice().len() > 1
+        && let Ok(peer) = stream.peer_addr()
+    {
+        upstream.addresses.connected_to(peer);
+    }
     stream.set_nodelay(true).map_err(|error| connect_error(ConnectError::Tcp(error)))?;
     Ok(stream)
 }
