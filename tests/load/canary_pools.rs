@@ -4,7 +4,6 @@
 use crate::canary_traffic::{balanced_users, stream_as_named};
 use crate::support::canary::*;
 use crate::support::gateway::*;
-use laneway::canary::{VariantTable, WeightedVariant};
 use laneway::gateway::Strategy;
 use laneway::sim::Fault;
 
@@ -23,13 +22,9 @@ async fn the_report_names_a_clearly_slower_pool() {
         variant("fast", Strategy::ForceClose, Some("fast"), 1),
         variant("slow", Strategy::ForceClose, Some("slow"), 1),
     ];
-    let table = VariantTable::new(vec![
-        WeightedVariant { name: "fast".into(), weight: 1 },
-        WeightedVariant { name: "slow".into(), weight: 1 },
-    ])
-    .unwrap();
+    let users = balanced_users(&config.short.variants, USERS / 2, 1);
     let gateway = start_gateway(config).await;
-    let results = stream_as_named(&gateway, &balanced_users(&table, USERS / 2, 1)).await;
+    let results = stream_as_named(&gateway, &users).await;
     assert!(results.iter().all(|(status, _, _)| *status == 200));
     let report = report_once_recorded(&gateway, USERS as u64).await;
     let short = &report["entries"][0];

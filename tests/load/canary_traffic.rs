@@ -2,8 +2,9 @@
 //! are spread evenly and at random over the run.
 
 use futures_util::StreamExt;
-use laneway::canary::VariantTable;
+use laneway::canary::{VariantTable, WeightedVariant};
 use laneway::gateway::GatewayHandle;
+use laneway::gateway::config::VariantConfig;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -26,13 +27,16 @@ pub async fn stream_as_named(
         .await
 }
 
-/// `per_variant` user names on each variant of `table`, in an order shuffled by `seed`:
+/// `per_variant` user names on each of `variants`, in an order shuffled by `seed`:
 /// the variants are spread over the run as randomly arriving users would spread them, so
 /// neither whatever changes with time (the first connections, a busy neighbour) nor a fixed
 /// pattern of who follows whom (with `user-0`, `user-1`, ... in order, three of the first
 /// four are on the same variant of two) falls on one variant more than the other.
-pub fn balanced_users(table: &VariantTable, per_variant: usize, seed: u64) -> Vec<String> {
-    let variants = table.variants().len();
+pub fn balanced_users(variants: &[VariantConfig], per_variant: usize, seed: u64) -> Vec<String> {
+    let weighted =
+        variants.iter().map(|v| WeightedVariant { name: v.name.clone(), weight: v.weight });
+    let table = VariantTable::new(weighted.collect()).expect("a valid weight table");
+    let variants = variants.len();
     let mut taken = vec![0; variants];
     let mut users: Vec<String> = (0..per_variant * variants * 64)
         .map(|candidate| format!("user-{candidate}"))

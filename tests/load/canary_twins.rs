@@ -4,7 +4,6 @@
 use crate::canary_traffic::{balanced_users, stream_as_named};
 use crate::support::canary::*;
 use crate::support::gateway::*;
-use laneway::canary::{VariantTable, WeightedVariant};
 use laneway::gateway::Strategy;
 
 #[tokio::test]
@@ -23,13 +22,8 @@ async fn two_identical_variants_raise_no_alarm() {
         variant("a", Strategy::ForceClose, None, 1),
         variant("b", Strategy::ForceClose, None, 1),
     ];
-    let table = VariantTable::new(vec![
-        WeightedVariant { name: "a".into(), weight: 1 },
-        WeightedVariant { name: "b".into(), weight: 1 },
-    ])
-    .unwrap();
+    let users = balanced_users(&config.short.variants, USERS / 2, 1);
     let gateway = start_gateway(config).await;
-    let users = balanced_users(&table, USERS / 2, 1);
     let results = stream_as_named(&gateway, &users).await;
     assert!(results.iter().all(|(status, _, _)| *status == 200));
     assert_eq!(results.iter().filter(|r| r.1 == "b").count(), USERS / 2);
