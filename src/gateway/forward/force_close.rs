@@ -1,21 +1,21 @@
 //! `force_close`: a fresh upstream connection per request, sent with `Connection: close`
 //! so that the replica closes it after the response. With several API-server processes on
-//! one listening socket, every request is accepted anew and the kernel spreads them.
-//! [`connect`] is also how `spread` opens its connections, over TLS for https replicas.
+//! one listening socket, every request is accepted anew and the kernel spreads them. The
+//! request goes through the one-request client ([`super::wire`]); [`connect`] opens the
+//! hyper connections `spread` keeps, over TLS for https replicas.
 
 use std::time::Duration;
 
-use http::header::{CONNECTION, HeaderValue};
 use http::{Request, Response};
-use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use rustls_pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 use super::addresses::ReplicaAddresses;
+use super::upstream_body::UpstreamBody;
 use super::upstream_error::{self, ConnectError, connect_failed};
+use super::wire::{self, Socket};
 use crate::gateway::body::ProxyBody;
 use crate::gateway::error::GatewayError;
 use crate::gateway::pick::Replica;
@@ -45,12 +45,18 @@ impl<'a> Upstream<'a> {
     }
 }
 
-/// Opens an HTTP/1.1 connection to the replica, ready to send one request. For an https
-/// replica the TCP connect and the TLS handshake share the one `timeout`.
+/// Opens an HTTP/1.1 connection to the replica on hyper's client, ready to send requests.
 pub async fn connect(
     upstream: Upstream<'_>,
     timeout: Duration,
 ) -> Result<SendRequest<ProxyBody>, GatewayError> {
+    let socket = open(upstream, timeout).await?;
+    handshake(upstream.name, socket).await
+}
+
+/// Opens a connection to the replica. For an https replica the TCP connect and the TLS
+/// handshake share the one `timeout`.
+async fn open(upstream: Upstream<'_>, timeout: Duration) -> Result<Socket, GatewayError> {
     let connect_error = |error| connect_failed(upstream.name, error);
     if let Some((tls, server_name)) = upstream.tls {
         // Boxed: the TLS handshake's state is several kilobytes, and every request future
@@ -61,7 +67,7 @@ pub async fn connect(
         upstream.addresses.doubt();
         connect_error(ConnectError::TimedOut(timeout))
     })??;
-    handshake(upstream.name, stream).await
+    Ok(Socket::Plain(stream))
 }
 
 /// A TCP connection to the first of the replica's addresses that accepts, without Nagle
@@ -92,7 +98,7 @@ async fn connect_tls(
     tls: &UpstreamTls,
     server_name: &ServerName<'static>,
     timeout: Duration,
-) -> Result<SendRequest<ProxyBody>, GatewayError> {
+) -> Result<Socket, GatewayError> {
     let connect_error = |error| connect_failed(upstream.name, error);
     let secured = async {
         let tcp = connect_tcp(upstream).await?;
@@ -104,14 +110,11 @@ async fn connect_tls(
         upstream.addresses.doubt();
         connect_error(ConnectError::TlsTimedOut(timeout))
     })??;
-    handshake(upstream.name, stream).await
+    Ok(Socket::Tls(Box::new(stream)))
 }
 
-/// The HTTP/1.1 client handshake over an open stream; the connection runs on its own task.
-async fn handshake<I>(replica: &str, stream: I) -> Result<SendRequest<ProxyBody>, GatewayError>
-where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
+/// The HTTP/1.1 client handshake over an open connection; it runs on its own task.
+async fn handshake(replica: &str, stream: Socket) -> Result<SendRequest<ProxyBody>, GatewayError> {
     let connect_error = |error| connect_failed(replica, ConnectError::Handshake(error));
     let (mut sender, connection) =
         http1::handshake(TokioIo::new(stream)).await.map_err(connect_error)?;
@@ -124,16 +127,15 @@ where
     Ok(sender)
 }
 
-/// Sends `request` (origin-form target) on a connection of its own.
+/// Sends `request` (origin-form target) on a connection of its own, which closes after it.
 pub async fn send(
     upstream: Upstream<'_>,
     timeout: Duration,
-    mut request: Request<ProxyBody>,
-) -> Result<Response<Incoming>, GatewayError> {
-    let mut sender = connect(upstream, timeout).await?;
-    request.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
-    sender
-        .send_request(request)
+    request: Request<ProxyBody>,
+) -> Result<Response<UpstreamBody>, GatewayError> {
+    let socket = open(upstream, timeout).await?;
+    let response = wire::exchange(socket, request)
         .await
-        .map_err(|error| upstream_error::from_hyper(upstream.name, error))
+        .map_err(|error| upstream_error::from_wire(upstream.name, error))?;
+    Ok(response.map(UpstreamBody::Wire))
 }

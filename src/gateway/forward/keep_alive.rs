@@ -6,13 +6,13 @@
 use std::time::Duration;
 
 use http::{Request, Response};
-use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use super::force_close::Upstream;
+use super::upstream_body::UpstreamBody;
 use super::upstream_error;
 use crate::error_chain::ErrorChain;
 use crate::gateway::body::ProxyBody;
@@ -45,7 +45,7 @@ impl KeepAlive {
         &self,
         upstream: Upstream<'_>,
         request: Request<ProxyBody>,
-    ) -> Result<Response<Incoming>, GatewayError> {
+    ) -> Result<Response<UpstreamBody>, GatewayError> {
         let result = match upstream.tls {
             None => self.client.request(request).await,
             Some((tls, _)) => match self.tls_client.request(request).await {
@@ -61,6 +61,8 @@ impl KeepAlive {
                 Err(error) => Err(error),
             },
         };
-        result.map_err(|error| upstream_error::from_pooled(upstream.name, error))
+        result
+            .map(|response| response.map(UpstreamBody::from))
+            .map_err(|error| upstream_error::from_pooled(upstream.name, error))
     }
 }

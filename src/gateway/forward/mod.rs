@@ -9,14 +9,15 @@ pub mod keep_alive;
 pub mod request;
 pub mod retry;
 pub mod spread;
+pub mod upstream_body;
 pub mod upstream_error;
+pub mod wire;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::uri::PathAndQuery;
 use http::{Request, Response};
-use hyper::body::Incoming;
 
 use crate::gateway::body::ProxyBody;
 use crate::gateway::config::EntryConfig;
@@ -26,6 +27,7 @@ use crate::gateway::pick::Replica;
 use crate::gateway::tls::upstream::UpstreamTls;
 use force_close::Upstream;
 use request::TargetForm;
+use upstream_body::UpstreamBody;
 
 /// One entry's way of reaching replicas.
 pub struct Connector {
@@ -79,7 +81,7 @@ impl Connector {
         replica: &Replica,
         request: Request<ProxyBody>,
         path: Option<PathAndQuery>,
-    ) -> Result<Response<Incoming>, GatewayError> {
+    ) -> Result<Response<UpstreamBody>, GatewayError> {
         let deadline = self.first_byte_deadline();
         self.send_by(replica, request, path, deadline).await
     }
@@ -105,7 +107,7 @@ impl Connector {
         request: Request<ProxyBody>,
         path: Option<PathAndQuery>,
         deadline: tokio::time::Instant,
-    ) -> Result<Response<Incoming>, GatewayError> {
+    ) -> Result<Response<UpstreamBody>, GatewayError> {
         let sent = tokio::time::timeout_at(deadline, self.send_now(replica, request, path));
         sent.await.unwrap_or_else(|_| Err(self.first_byte_timed_out(replica)))
     }
@@ -115,7 +117,7 @@ impl Connector {
         replica: &Replica,
         request: Request<ProxyBody>,
         path: Option<PathAndQuery>,
-    ) -> Result<Response<Incoming>, GatewayError> {
+    ) -> Result<Response<UpstreamBody>, GatewayError> {
         let authority = replica.authority.as_str();
         let upstream = Upstream::of(replica, &self.tls);
         match &self.strategy {

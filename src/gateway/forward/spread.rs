@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use http::{Request, Response};
-use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use tokio::sync::Mutex;
 
 use super::force_close::{self, Upstream};
+use super::upstream_body::UpstreamBody;
 use super::upstream_error;
 use crate::gateway::body::ProxyBody;
 use crate::gateway::error::GatewayError;
@@ -85,7 +85,7 @@ impl Spread {
         &self,
         upstream: Upstream<'_>,
         request: Request<ProxyBody>,
-    ) -> Result<Response<Incoming>, GatewayError> {
+    ) -> Result<Response<UpstreamBody>, GatewayError> {
         let replica = upstream.name;
         let pool = self.pool(replica);
         for index in pool.try_order() {
@@ -103,7 +103,10 @@ impl Spread {
             // The response future does not borrow the connection: release the slot now.
             let response = sender.send_request(request);
             drop(slot);
-            return response.await.map_err(|error| upstream_error::from_hyper(replica, error));
+            let response = response.await;
+            return response
+                .map(|response| response.map(UpstreamBody::from))
+                .map_err(|error| upstream_error::from_hyper(replica, error));
         }
         self.overflow_requests.fetch_add(1, Ordering::Relaxed);
         Box::pin(force_close::send(upstream, self.connect_timeout, request)).await

@@ -1,5 +1,5 @@
-//! Failures reaching a replica, typed, and the one rule that turns hyper's errors into a
-//! [`GatewayError`]: a request that never left, or whose connection closed before the
+//! Failures reaching a replica, typed, and the one rule that turns the clients' errors into
+//! a [`GatewayError`]: a request that never left, or whose connection closed before the
 //! replica answered anything, may be retried elsewhere; a malformed answer may not.
 
 use std::time::Duration;
@@ -53,6 +53,13 @@ fn ended(error: &hyper::Error) -> Ended {
 /// A failure on a held connection (force_close, spread) before any response byte.
 pub fn from_hyper(replica: &str, error: hyper::Error) -> GatewayError {
     classify(replica, ended(&error), error.into())
+}
+
+/// A failure of the one-request client before the response head: a close unless the
+/// replica answered something that is not HTTP.
+pub fn from_wire(replica: &str, error: super::wire::WireError) -> GatewayError {
+    let how = if error.is_malformed() { Ended::Malformed } else { Ended::Closed };
+    classify(replica, how, error.into())
 }
 
 /// A failure of the pooled keep-alive client: its connect errors are connect failures, and

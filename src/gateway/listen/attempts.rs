@@ -7,10 +7,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::gateway::forward::upstream_body::UpstreamBody;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{Response, StatusCode};
-use hyper::body::Incoming;
 
 use super::dispatch::rebuild;
 use super::respond::{Placed, respond};
@@ -65,7 +65,7 @@ impl Placement for VariantPlacement<'_> {
 /// A failed attempt that another replica may take over.
 enum Retryable {
     /// 503 before any byte: passed on as is if no retry happens.
-    Unavailable(InFlightGuard, Response<Incoming>),
+    Unavailable(InFlightGuard, Response<UpstreamBody>),
     Refused(GatewayError),
 }
 
@@ -207,7 +207,7 @@ fn finish(
     state: &Arc<GatewayState>,
     ctx: &mut RequestCtx,
     placed: Placed,
-    upstream: Response<Incoming>,
+    upstream: Response<UpstreamBody>,
     permit: AdmissionPermit,
 ) -> Response<ProxyBody> {
     respond(state, ctx.hand_over(), placed, upstream).map(|body| boxed(HeldBody::new(body, permit)))

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::gateway::forward::upstream_body::UpstreamBody;
 use http::header::{CONTENT_TYPE, HeaderValue};
 use http::{HeaderMap, Response};
-use hyper::body::Incoming;
 
 use crate::gateway::body::{ProxyBody, boxed};
 use crate::gateway::config::{DEFAULT_VARIANT_NAME, Entry, Strategy};
@@ -68,7 +68,7 @@ pub fn respond(
     state: &Arc<GatewayState>,
     ctx: RequestCtx,
     placed: Placed,
-    upstream: Response<Incoming>,
+    upstream: Response<UpstreamBody>,
 ) -> Response<ProxyBody> {
     let headers_at = Instant::now();
     let status = upstream.status();

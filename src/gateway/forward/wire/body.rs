@@ -1,0 +1,215 @@
+//! A response body read straight off the socket: each frame is a slice of the read buffer
+//! (no copy), decoded from a length, from chunks, or up to the connection's close.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http_body::{Body, Frame, SizeHint};
+use tokio::io::AsyncRead;
+
+use super::{READ_CHUNK, WireError};
+
+/// The longest chunk-size line (with extensions) or trailer line accepted.
+const MAX_LINE_BYTES: usize = 4096;
+
+/// How a response body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body (a HEAD response, 204, 304).
+    Empty,
+    /// `Content-Length` bytes.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+    /// Everything up to the connection's close.
+    UntilClose,
+}
+
+/// Where the decoder is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// `remaining` bytes of a length-delimited body.
+    Length {
+        remaining: u64,
+    },
+    /// Before a chunk-size line.
+    ChunkSize,
+    /// Inside a chunk's data.
+    ChunkData {
+        remaining: u64,
+    },
+    /// The line end after a chunk's data.
+    ChunkEnd,
+    /// Trailer lines after the last chunk, up to an empty one.
+    Trailers,
+    /// Up to the connection's close.
+    UntilClose,
+    Done,
+}
+
+/// A response body on a connection of its own; dropping it closes the connection.
+pub struct WireBody<S> {
+    io: S,
+    buffer: BytesMut,
+    state: State,
+}
+
+impl<S> WireBody<S> {
+    /// The body after a head: `buffer` holds whatever was read past the head.
+    pub fn new(io: S, buffer: BytesMut, framing: Framing) -> Self {
+        let state = match framing {
+            Framing::Empty | Framing::Length(0) => State::Done,
+            Framing::Length(remaining) => State::Length { remaining },
+            Framing::Chunked => State::ChunkSize,
+            Framing::UntilClose => State::UntilClose,
+        };
+        Self { io, buffer, state }
+    }
+}
+
+/// Reads what `io` has into `buffer`, growing it when it is nearly full; `Ok(0)` at the
+/// connection's end.
+pub fn fill<S>(
+    io: Pin<&mut S>,
+    buffer: &mut BytesMut,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<usize>>
+where
+    S: AsyncRead,
+{
+    if buffer.capacity() - buffer.len() < READ_CHUNK / 4 {
+        buffer.reserve(READ_CHUNK);
+    }
+    tokio_util::io::poll_read_buf(io, cx, buffer)
+}
+
+impl<S: AsyncRead + Unpin> WireBody<S> {
+    /// Advances the decoder over buffered bytes: a frame, the end, or `None` when more bytes
+    /// are needed.
+    fn decode(&mut self) -> Result<Option<Option<Bytes>>, WireError> {
+        loop {
+            match self.state {
+                State::Done => return Ok(Some(None)),
+                State::Length { remaining } | State::ChunkData { remaining } => {
+                    if self.buffer.is_empty() {
+                        return Ok(None);
+                    }
+                    let take = remaining.min(self.buffer.len() as u64);
+                    let left = remaining - take;
+                    self.state = match self.state {
+                        State::Length { .. } if left == 0 => State::Done,
+                        State::Length { .. } => State::Length { remaining: left },
+                        _ if left == 0 => State::ChunkEnd,
+                        _ => State::ChunkData { remaining: left },
+                    };
+                    return Ok(Some(Some(self.buffer.split_to(take as usize).freeze())));
+                }
+                State::UntilClose => {
+                    if self.buffer.is_empty() {
+                        return Ok(None);
+                    }
+                    return Ok(Some(Some(self.buffer.split().freeze())));
+                }
+                State::ChunkSize => match httparse::parse_chunk_size(&self.buffer) {
+                    Ok(httparse::Status::Complete((used, size))) => {
+                        self.buffer.advance(used);
+                        self.state = if size == 0 {
+                            State::Trailers
+                        } else {
+                            State::ChunkData { remaining: size }
+                        };
+                    }
+                    Ok(httparse::Status::Partial) => return self.need_line(),
+                    Err(_) => return Err(WireError::MalformedChunk("bad chunk size")),
+                },
+                State::ChunkEnd => {
+                    if self.buffer.len() < 2 {
+                        return Ok(None);
+                    }
+                    if &self.buffer[..2] != b"\r\n" {
+                        return Err(WireError::MalformedChunk("chunk data longer than its size"));
+                    }
+                    self.buffer.advance(2);
+                    self.state = State::ChunkSize;
+                }
+                State::Trailers => match memchr::memchr(b'\n', &self.buffer) {
+                    Some(end) => {
+                        let empty_line = end == 0 || (end == 1 && self.buffer[0] == b'\r');
+                        self.buffer.advance(end + 1);
+                        if empty_line {
+                            self.state = State::Done;
+                        }
+                    }
+                    None => return self.need_line(),
+                },
+            }
+        }
+    }
+
+    /// More bytes are needed to finish a line, unless the line is already too long.
+    fn need_line(&self) -> Result<Option<Option<Bytes>>, WireError> {
+        if self.buffer.len() > MAX_LINE_BYTES {
+            return Err(WireError::MalformedChunk("line too long"));
+        }
+        Ok(None)
+    }
+
+    /// The error for a connection that closed before the body's end.
+    fn truncated(&self) -> WireError {
+        match self.state {
+            State::Length { remaining } => WireError::Truncated { missing: remaining },
+            _ => WireError::ChunkedTruncated,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> Body for WireBody<S> {
+    type Data = Bytes;
+    type Error = WireError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, WireError>>> {
+        let this = self.get_mut();
+        loop {
+            match this.decode() {
+                Ok(Some(Some(data))) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                Ok(Some(None)) => return Poll::Ready(None),
+                Ok(None) => {}
+                Err(error) => {
+                    this.state = State::Done;
+                    return Poll::Ready(Some(Err(error)));
+                }
+            }
+            let read = ready!(fill(Pin::new(&mut this.io), &mut this.buffer, cx));
+            match read {
+                Ok(0) if this.state == State::UntilClose => this.state = State::Done,
+                Ok(0) => {
+                    let error = this.truncated();
+                    this.state = State::Done;
+                    return Poll::Ready(Some(Err(error)));
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    this.state = State::Done;
+                    return Poll::Ready(Some(Err(WireError::Read(error))));
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.state == State::Done
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.state {
+            State::Done => SizeHint::with_exact(0),
+            State::Length { remaining } => SizeHint::with_exact(remaining),
+            _ => SizeHint::default(),
+        }
+    }
+}

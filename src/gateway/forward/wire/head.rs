@@ -1,0 +1,128 @@
+//! Reading a response head: interim (1xx) heads skipped, header values kept as views into
+//! the bytes read, and the body's framing decided by RFC 9112 §6.3.
+
+use bytes::{Bytes, BytesMut};
+use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version};
+use tokio::io::AsyncRead;
+
+use super::body::{Framing, fill};
+use super::{MAX_HEAD_BYTES, WireError};
+
+/// Headers a response head may carry.
+const MAX_HEADERS: usize = 100;
+
+/// A final response head.
+#[derive(Debug)]
+pub struct Head {
+    pub status: StatusCode,
+    pub version: Version,
+    pub headers: HeaderMap,
+}
+
+/// Reads from `io` until a final response head is in `buffer`, and takes it out; what
+/// follows it (the body's first bytes) stays in `buffer`.
+pub async fn read<S>(io: &mut S, buffer: &mut BytesMut) -> Result<Head, WireError>
+where
+    S: AsyncRead + Unpin,
+{
+    let mut discarded = 0;
+    // Bytes already searched for a head's end: a head is parsed once it has one.
+    let mut searched = 0;
+    loop {
+        if let Some(length) = complete_length(buffer, &mut searched)? {
+            let bytes = buffer.split_to(length).freeze();
+            let head = parse(&bytes)?;
+            if !head.status.is_informational() {
+                return Ok(head);
+            }
+            if head.status == StatusCode::SWITCHING_PROTOCOLS {
+                return Err(WireError::Framing("a switch of protocols was never asked for"));
+            }
+            discarded += length;
+            searched = 0;
+            continue;
+        }
+        if discarded + buffer.len() >= MAX_HEAD_BYTES {
+            return Err(WireError::HeadTooLarge);
+        }
+        let read = std::future::poll_fn(|cx| fill(std::pin::Pin::new(&mut *io), buffer, cx));
+        if read.await.map_err(WireError::Read)? == 0 {
+            return Err(WireError::ClosedBeforeHead);
+        }
+    }
+}
+
+/// The length of the head at the start of `buffer`, once it is all there. Parsing waits
+/// for an empty line past `searched`, so a head read in many small pieces is parsed once.
+fn complete_length(buffer: &[u8], searched: &mut usize) -> Result<Option<usize>, WireError> {
+    let from = searched.saturating_sub(2);
+    *searched = buffer.len();
+    let fresh = &buffer[from..];
+    if memchr::memmem::find(fresh, b"\n\r\n").is_none()
+        && memchr::memmem::find(fresh, b"\n\n").is_none()
+    {
+        return Ok(None);
+    }
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut headers);
+    match response.parse(buffer).map_err(WireError::MalformedHead)? {
+        httparse::Status::Complete(length) => Ok(Some(length)),
+        httparse::Status::Partial => Ok(None),
+    }
+}
+
+/// Parses a complete head; header values are slices of `bytes`, not copies.
+fn parse(bytes: &Bytes) -> Result<Head, WireError> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut headers);
+    response.parse(bytes).map_err(WireError::MalformedHead)?;
+    let code = response.code.ok_or(WireError::Framing("no status code"))?;
+    let status = StatusCode::from_u16(code).map_err(|_| WireError::Framing("bad status code"))?;
+    let version = if response.version == Some(0) { Version::HTTP_10 } else { Version::HTTP_11 };
+    let mut map = HeaderMap::with_capacity(response.headers.len());
+    for header in response.headers.iter() {
+        let name = HeaderName::from_bytes(header.name.as_bytes())
+            .map_err(|_| WireError::Framing("bad header name"))?;
+        let value = HeaderValue::from_maybe_shared(bytes.slice_ref(header.value))
+            .map_err(|_| WireError::Framing("bad header value"))?;
+        map.append(name, value);
+    }
+    Ok(Head { status, version, headers: map })
+}
+
+/// How the body after `head` is delimited (RFC 9112 §6.3).
+pub fn framing(head: &Head, head_request: bool) -> Result<Framing, WireError> {
+    if head_request
+        || head.status == StatusCode::NO_CONTENT
+        || head.status == StatusCode::NOT_MODIFIED
+    {
+        return Ok(Framing::Empty);
+    }
+    if head.headers.contains_key(TRANSFER_ENCODING) {
+        let last_coding = head
+            .headers
+            .get_all(TRANSFER_ENCODING)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|value| value.split(','))
+            .map(str::trim)
+            .rfind(|coding| !coding.is_empty());
+        return Ok(match last_coding {
+            Some(coding) if coding.eq_ignore_ascii_case("chunked") => Framing::Chunked,
+            _ => Framing::UntilClose,
+        });
+    }
+    let mut length = None;
+    for value in head.headers.get_all(CONTENT_LENGTH) {
+        for item in value.to_str().unwrap_or("").split(',') {
+            let parsed =
+                item.trim().parse::<u64>().map_err(|_| WireError::Framing("bad content-length"))?;
+            if length.is_some_and(|seen| seen != parsed) {
+                return Err(WireError::Framing("content-lengths disagree"));
+            }
+            length = Some(parsed);
+        }
+    }
+    Ok(length.map_or(Framing::UntilClose, Framing::Length))
+}

@@ -1,0 +1,195 @@
+//! Writing a request: its head with `Connection: close` and the body's own framing (a
+//! length when the body knows it, chunks otherwise), head and first body bytes in one
+//! vectored write.
+
+use bytes::{Buf, Bytes};
+use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::{Method, Request};
+use http_body::Body;
+use http_body_util::BodyExt;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+use super::WireError;
+use crate::gateway::body::ProxyBody;
+
+/// Writes `request` to `io` and flushes it.
+pub async fn write<S>(io: &mut S, request: Request<ProxyBody>) -> Result<(), WireError>
+where
+    S: AsyncWrite + Unpin,
+{
+    let (parts, mut body) = request.into_parts();
+    let framing = framing_of(&parts.method, &body);
+    let head = encode_head(&parts, framing);
+    let first = next_data(&mut body).await?;
+    let more = first.is_some();
+    let mut written = first.as_ref().map_or(0, |data| data.len() as u64);
+    match (framing, first) {
+        (Framing::Chunked, Some(data)) => {
+            let mut out = Bytes::from(head).chain(chunk(data));
+            io.write_all_buf(&mut out).await.map_err(WireError::Write)?;
+        }
+        (_, Some(data)) => {
+            let mut out = Bytes::from(head).chain(data);
+            io.write_all_buf(&mut out).await.map_err(WireError::Write)?;
+        }
+        (_, None) => io.write_all(&head).await.map_err(WireError::Write)?,
+    }
+    if more {
+        while let Some(data) = next_data(&mut body).await? {
+            written += data.len() as u64;
+            let sent = match framing {
+                Framing::Chunked => io.write_all_buf(&mut chunk(data)).await,
+                Framing::Length(_) | Framing::None => io.write_all(&data).await,
+            };
+            sent.map_err(WireError::Write)?;
+        }
+    }
+    match framing {
+        Framing::Chunked => io.write_all(b"0\r\n\r\n").await.map_err(WireError::Write)?,
+        Framing::Length(announced) if written != announced => {
+            return Err(WireError::RequestBodyLength { announced });
+        }
+        Framing::Length(_) | Framing::None => {}
+    }
+    io.flush().await.map_err(WireError::Write)
+}
+
+/// How the request body is delimited on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    /// No body and no length (a GET, HEAD, ... with an empty body).
+    None,
+    Length(u64),
+    Chunked,
+}
+
+/// The framing `body` gets: its length when it knows it, chunks otherwise.
+fn framing_of(method: &Method, body: &ProxyBody) -> Framing {
+    match body.size_hint().exact() {
+        Some(0) if !carries_body(method) => Framing::None,
+        Some(length) => Framing::Length(length),
+        None => Framing::Chunked,
+    }
+}
+
+/// Whether an empty body of `method` is announced as `Content-Length: 0` (as hyper does:
+/// methods whose requests normally carry content).
+fn carries_body(method: &Method) -> bool {
+    !matches!(
+        *method,
+        Method::GET
+            | Method::HEAD
+            | Method::DELETE
+            | Method::OPTIONS
+            | Method::CONNECT
+            | Method::TRACE
+    )
+}
+
+/// The request line and headers. The body's framing replaces whatever framing headers the
+/// request carried (the client's framing described the client's connection).
+fn encode_head(parts: &http::request::Parts, framing: Framing) -> Vec<u8> {
+    let target = parts.uri.path_and_query().map_or("/", |path| path.as_str());
+    let headers_size: usize =
+        parts.headers.iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum();
+    let mut head =
+        Vec::with_capacity(parts.method.as_str().len() + target.len() + headers_size + 96);
+    head.extend_from_slice(parts.method.as_str().as_bytes());
+    head.push(b' ');
+    head.extend_from_slice(target.as_bytes());
+    head.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in &parts.headers {
+        if name == CONTENT_LENGTH || name == TRANSFER_ENCODING || name == CONNECTION {
+            continue;
+        }
+        head.extend_from_slice(name.as_str().as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(value.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(b"connection: close\r\n");
+    match framing {
+        Framing::None => {}
+        Framing::Length(length) => {
+            head.extend_from_slice(b"content-length: ");
+            head.extend_from_slice(itoa_u64(length, &mut [0; 20]));
+            head.extend_from_slice(b"\r\n");
+        }
+        Framing::Chunked => head.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+    }
+    head.extend_from_slice(b"\r\n");
+    head
+}
+
+/// `value` in decimal, written into `digits`.
+fn itoa_u64(mut value: u64, digits: &mut [u8; 20]) -> &[u8] {
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            return &digits[start..];
+        }
+    }
+}
+
+/// One chunk of a chunked body: its size in hex, the data, and the line end.
+fn chunk(data: Bytes) -> bytes::buf::Chain<bytes::buf::Chain<Bytes, Bytes>, &'static [u8]> {
+    let size = Bytes::from(format!("{:x}\r\n", data.len()));
+    size.chain(data).chain(&b"\r\n"[..])
+}
+
+/// The body's next non-empty data frame; trailers are dropped.
+async fn next_data(body: &mut ProxyBody) -> Result<Option<Bytes>, WireError> {
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(WireError::RequestBody)?;
+        if let Ok(data) = frame.into_data()
+            && !data.is_empty()
+        {
+            return Ok(Some(data));
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::body::{empty, full};
+
+    fn head_of(request: Request<ProxyBody>) -> String {
+        let (parts, body) = request.into_parts();
+        String::from_utf8(encode_head(&parts, framing_of(&parts.method, &body))).unwrap()
+    }
+
+    #[test]
+    fn the_head_frames_the_body_by_its_own_length() {
+        let request = Request::post("/v1/chat/completions")
+            .header("host", "r:8000")
+            .header("content-length", "999")
+            .header("x-request-id", "a b")
+            .body(full("{}"))
+            .unwrap();
+        assert_eq!(
+            head_of(request),
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: r:8000\r\nx-request-id: a b\r\n\
+             connection: close\r\ncontent-length: 2\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn empty_bodies_are_announced_only_where_a_body_is_expected() {
+        let get = Request::get("/v1/models?x=1").body(empty()).unwrap();
+        assert_eq!(head_of(get), "GET /v1/models?x=1 HTTP/1.1\r\nconnection: close\r\n\r\n");
+        let post = Request::post("/v1/x").body(empty()).unwrap();
+        assert!(head_of(post).ends_with("content-length: 0\r\n\r\n"));
+    }
+
+    #[test]
+    fn decimal_lengths() {
+        for value in [0, 7, 10, 4096, u64::MAX] {
+            assert_eq!(itoa_u64(value, &mut [0; 20]), value.to_string().as_bytes());
+        }
+    }
+}
