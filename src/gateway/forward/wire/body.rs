@@ -213,3 +213,92 @@ impl<S: AsyncRead + Unpin> Body for WireBody<S> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+
+    use futures_util::FutureExt;
+    use http_body_util::BodyExt;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A connection that has everything to say at once but says it in given pieces.
+    struct Pieces {
+        data: VecDeque<u8>,
+        cuts: VecDeque<usize>,
+    }
+
+    impl AsyncRead for Pieces {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            let cut = self.cuts.pop_front().unwrap_or(usize::MAX).max(1);
+            let take = cut.min(buf.remaining()).min(self.data.len());
+            let bytes: Vec<u8> = self.data.drain(..take).collect();
+            buf.put_slice(&bytes);
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// Every frame of a body over `wire` cut at `cuts`, or its error.
+    fn decode(wire: Vec<u8>, cuts: Vec<usize>, framing: Framing) -> Result<Vec<u8>, WireError> {
+        let io = Pieces { data: wire.into(), cuts: cuts.into() };
+        let mut body = WireBody::new(io, BytesMut::new(), framing);
+        let mut out = Vec::new();
+        while let Some(frame) = body.frame().now_or_never().expect("the pieces are all there") {
+            out.extend_from_slice(&frame?.into_data().unwrap());
+        }
+        assert!(body.is_end_stream());
+        Ok(out)
+    }
+
+    /// `parts` as a chunked body, with an extension on odd chunks and a trailer.
+    fn chunked(parts: &[Vec<u8>]) -> Vec<u8> {
+        let mut wire = Vec::new();
+        for (index, part) in parts.iter().filter(|part| !part.is_empty()).enumerate() {
+            let extension = if index % 2 == 1 { ";ext=\"x\"" } else { "" };
+            wire.extend_from_slice(format!("{:X}{extension}\r\n", part.len()).as_bytes());
+            wire.extend_from_slice(part);
+            wire.extend_from_slice(b"\r\n");
+        }
+        wire.extend_from_slice(b"0\r\nx-checksum: 1\r\n\r\n");
+        wire
+    }
+
+    proptest! {
+        #[test]
+        fn chunked_bodies_decode_however_the_reads_fall(
+            parts in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..300), 0..12),
+            cuts in proptest::collection::vec(1usize..64, 0..200),
+        ) {
+            let expected: Vec<u8> = parts.concat();
+            prop_assert_eq!(decode(chunked(&parts), cuts, Framing::Chunked).unwrap(), expected);
+        }
+
+        #[test]
+        fn length_bodies_stop_at_their_length_however_the_reads_fall(
+            data in proptest::collection::vec(any::<u8>(), 0..2000),
+            extra in proptest::collection::vec(any::<u8>(), 0..50),
+            cuts in proptest::collection::vec(1usize..700, 0..20),
+        ) {
+            let framing = Framing::Length(data.len() as u64);
+            let wire = [data.clone(), extra].concat();
+            prop_assert_eq!(decode(wire, cuts, framing).unwrap(), data);
+        }
+
+        #[test]
+        fn a_chunked_body_cut_anywhere_fails_as_truncated(
+            parts in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 1..100), 1..5),
+            keep in 0.0f64..1.0,
+        ) {
+            let wire = chunked(&parts);
+            let kept = ((wire.len() - 1) as f64 * keep) as usize;
+            let error = decode(wire[..kept].to_vec(), vec![], Framing::Chunked).unwrap_err();
+            prop_assert!(matches!(error, WireError::ChunkedTruncated), "{error}");
+        }
+    }
+}
