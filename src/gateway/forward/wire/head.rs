@@ -1,6 +1,8 @@
 //! Reading a response head: interim (1xx) heads skipped, header values kept as views into
 //! the bytes read, and the body's framing decided by RFC 9112 §6.3.
 
+use std::mem::MaybeUninit;
+
 use bytes::{Bytes, BytesMut};
 use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version};
@@ -27,10 +29,10 @@ where
     S: AsyncRead + Unpin,
 {
     let mut discarded = 0;
-    // Bytes already searched for a head's end: a head is parsed once it has one.
+    // Bytes already searched for the head's end, so a head read in pieces is searched once.
     let mut searched = 0;
     loop {
-        if let Some(length) = complete_length(buffer, &mut searched)? {
+        if let Some(length) = head_length(buffer, searched) {
             let bytes = buffer.split_to(length).freeze();
             let head = parse(&bytes)?;
             if !head.status.is_informational() {
@@ -43,6 +45,7 @@ where
             searched = 0;
             continue;
         }
+        searched = buffer.len();
         if discarded + buffer.len() >= MAX_HEAD_BYTES {
             return Err(WireError::HeadTooLarge);
         }
@@ -53,30 +56,32 @@ where
     }
 }
 
-/// The length of the head at the start of `buffer`, once it is all there. Parsing waits
-/// for an empty line past `searched`, so a head read in many small pieces is parsed once.
-fn complete_length(buffer: &[u8], searched: &mut usize) -> Result<Option<usize>, WireError> {
+/// The length of the head at the start of `buffer`, up to and with its empty line, once
+/// that line is there; `searched` bytes are known not to hold it. A head holds no empty
+/// line before its end, so the first one ends it (CRLF or, leniently, bare LF endings).
+fn head_length(buffer: &[u8], searched: usize) -> Option<usize> {
     let from = searched.saturating_sub(2);
-    *searched = buffer.len();
     let fresh = &buffer[from..];
-    if memchr::memmem::find(fresh, b"\n\r\n").is_none()
-        && memchr::memmem::find(fresh, b"\n\n").is_none()
-    {
-        return Ok(None);
-    }
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut response = httparse::Response::new(&mut headers);
-    match response.parse(buffer).map_err(WireError::MalformedHead)? {
-        httparse::Status::Complete(length) => Ok(Some(length)),
-        httparse::Status::Partial => Ok(None),
-    }
+    let crlf = memchr::memmem::find(fresh, b"\n\r\n").map(|at| at + 3);
+    let lf = memchr::memmem::find(fresh, b"\n\n").map(|at| at + 2);
+    let end = match (crlf, lf) {
+        (Some(a), Some(b)) => a.min(b),
+        (end, None) | (None, end) => end?,
+    };
+    Some(from + end)
 }
 
-/// Parses a complete head; header values are slices of `bytes`, not copies.
+/// Parses a whole head (its empty line included); header values are slices of `bytes`,
+/// not copies.
 fn parse(bytes: &Bytes) -> Result<Head, WireError> {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut response = httparse::Response::new(&mut headers);
-    response.parse(bytes).map_err(WireError::MalformedHead)?;
+    let mut headers = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut []);
+    let parsed = httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut response, bytes, &mut headers)
+        .map_err(WireError::MalformedHead)?;
+    if parsed != httparse::Status::Complete(bytes.len()) {
+        return Err(WireError::Framing("an empty line inside the head"));
+    }
     let code = response.code.ok_or(WireError::Framing("no status code"))?;
     let status = StatusCode::from_u16(code).map_err(|_| WireError::Framing("bad status code"))?;
     let version = if response.version == Some(0) { Version::HTTP_10 } else { Version::HTTP_11 };
@@ -84,6 +89,8 @@ fn parse(bytes: &Bytes) -> Result<Head, WireError> {
     for header in response.headers.iter() {
         let name = HeaderName::from_bytes(header.name.as_bytes())
             .map_err(|_| WireError::Framing("bad header name"))?;
+        // httparse let through only what a header value may hold; `HeaderValue` checks
+        // the same bytes again (its unchecked constructor is `unsafe`, kept out of here).
         let value = HeaderValue::from_maybe_shared(bytes.slice_ref(header.value))
             .map_err(|_| WireError::Framing("bad header value"))?;
         map.append(name, value);
