@@ -61,14 +61,13 @@ where
 /// line before its end, so the first one ends it (CRLF or, leniently, bare LF endings).
 fn head_length(buffer: &[u8], searched: usize) -> Option<usize> {
     let from = searched.saturating_sub(2);
-    let fresh = &buffer[from..];
-    let crlf = memchr::memmem::find(fresh, b"\n\r\n").map(|at| at + 3);
-    let lf = memchr::memmem::find(fresh, b"\n\n").map(|at| at + 2);
-    let end = match (crlf, lf) {
-        (Some(a), Some(b)) => a.min(b),
-        (end, None) | (None, end) => end?,
-    };
-    Some(from + end)
+    memchr::memchr_iter(b'\n', &buffer[from..]).map(|at| from + at + 1).find_map(|next| {
+        match (buffer.get(next), buffer.get(next + 1)) {
+            (Some(b'\n'), _) => Some(next + 1),
+            (Some(b'\r'), Some(b'\n')) => Some(next + 2),
+            _ => None,
+        }
+    })
 }
 
 /// Parses a whole head (its empty line included); header values are slices of `bytes`,
@@ -132,4 +131,20 @@ pub fn framing(head: &Head, head_request: bool) -> Result<Framing, WireError> {
         }
     }
     Ok(length.map_or(Framing::UntilClose, Framing::Length))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::head_length;
+
+    #[test]
+    fn a_head_ends_at_its_first_empty_line_wherever_the_search_resumes() {
+        let head = b"HTTP/1.1 200 OK\r\na: b\r\n\r\nbody\r\n\r\n";
+        for searched in 0..=24 {
+            assert_eq!(head_length(head, searched), Some(25), "resumed at {searched}");
+        }
+        assert_eq!(head_length(b"HTTP/1.1 200 OK\na: b\n\nbody", 0), Some(22));
+        assert_eq!(head_length(b"HTTP/1.1 200 OK\r\na: b\r\n\r", 0), None);
+        assert_eq!(head_length(b"HTTP/1.1 200 OK\r\na: b\r\n", 0), None);
+    }
 }
