@@ -1,10 +1,17 @@
 //! Upstream connection strategies, seen from the replica's side: how many connections the
-//! simulator accepted for the same traffic under force_close, keep_alive and spread.
+//! simulator accepted for the same traffic under force_close, keep_alive and spread, and
+//! how spread deals with a connection the replica closed while it was kept.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::support::gateway::*;
 use bytes::Bytes;
 use futures_util::future::join_all;
 use laneway::gateway::{Entry, GatewayHandle, Strategy};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
 
 const WAVES: usize = 4;
 const PER_WAVE: usize = 8;
@@ -117,5 +124,95 @@ async fn spread_never_queues_behind_a_busy_connection() {
     assert_eq!(stub.peers.len(), 9);
     hold_streams(&client, &gateway, &mut stub, 9).await;
     assert_eq!(stub.peers.len(), 10, "only the one-off connection is new");
+    gateway.shutdown().await;
+}
+
+/// A replica that answers each chat request on a kept connection and then closes that
+/// connection, as a server does whose keep-alive timeout ran out while it idled. Counts the
+/// chat connections it accepted and says on `closed` when it has closed one.
+async fn replica_closing_after_each_answer() -> (SocketAddr, Arc<AtomicU64>, mpsc::Receiver<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let chat_connections = Arc::new(AtomicU64::new(0));
+    let (closed_tx, closed) = mpsc::channel(16);
+    let counted = chat_connections.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let (counted, closed_tx) = (counted.clone(), closed_tx.clone());
+            tokio::spawn(async move {
+                let mut first_chat = true;
+                while let Some((path, _)) = read_one_request(&mut socket).await {
+                    if path != "/v1/chat/completions" {
+                        let answer = "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+                        socket.write_all(answer.as_bytes()).await.unwrap();
+                        continue;
+                    }
+                    if std::mem::take(&mut first_chat) {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let body = r#"{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    socket.write_all(answer.as_bytes()).await.unwrap();
+                    break;
+                }
+                drop(socket);
+                let _ = closed_tx.send(()).await;
+            });
+        }
+    });
+    (addr, chat_connections, closed)
+}
+
+/// One request's path and body off `socket`, or `None` once the peer closed.
+async fn read_one_request(socket: &mut tokio::net::TcpStream) -> Option<(String, Vec<u8>)> {
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut request = httparse::Request::new(&mut headers);
+        if let Ok(httparse::Status::Complete(head)) = request.parse(&bytes) {
+            let length = request
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                .map_or(0, |h| std::str::from_utf8(h.value).unwrap().parse::<usize>().unwrap());
+            if bytes.len() >= head + length {
+                let path = request.path.unwrap().to_string();
+                return Some((path, bytes[head..head + length].to_vec()));
+            }
+        }
+        let read = socket.read(&mut chunk).await.ok()?;
+        if read == 0 {
+            return None;
+        }
+        bytes.extend_from_slice(&chunk[..read]);
+    }
+}
+
+#[tokio::test]
+async fn spread_replaces_a_connection_the_replica_closed_while_it_idled() {
+    let (addr, chat_connections, mut closed) = replica_closing_after_each_answer().await;
+    let mut config = loopback_config(vec![replica("closer", addr)]);
+    config = with_strategy(config, Entry::Short, Strategy::Spread);
+    config.short.spread_connections = 1;
+    let gateway = start_gateway(config).await;
+    let client = reqwest::Client::new();
+    for turn in 1..=3u64 {
+        let response = client
+            .post(url(&gateway, "/v1/chat/completions"))
+            .json(&chat_body(10, 1, false))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "request {turn}: {}", response.text().await.unwrap());
+        response.bytes().await.unwrap();
+        // The replica has closed the connection the gateway kept for the next request.
+        closed.recv().await.unwrap();
+        assert_eq!(chat_connections.load(Ordering::SeqCst), turn);
+    }
     gateway.shutdown().await;
 }

@@ -1,21 +1,19 @@
 //! `force_close`: a fresh upstream connection per request, sent with `Connection: close`
 //! so that the replica closes it after the response. With several API-server processes on
 //! one listening socket, every request is accepted anew and the kernel spreads them. The
-//! request goes through the one-request client ([`super::wire`]); [`connect`] opens the
-//! hyper connections `spread` keeps, over TLS for https replicas.
+//! request goes through the one-request client ([`super::wire`]); [`open`] also opens the
+//! connections `spread` keeps, over TLS for https replicas.
 
 use std::time::Duration;
 
 use http::{Request, Response};
-use hyper::client::conn::http1::{self, SendRequest};
-use hyper_util::rt::TokioIo;
 use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
 
 use super::addresses::ReplicaAddresses;
 use super::upstream_body::UpstreamBody;
 use super::upstream_error::{self, ConnectError, connect_failed};
-use super::wire::{self, Socket};
+use super::wire::{self, After, Socket};
 use crate::gateway::body::ProxyBody;
 use crate::gateway::error::GatewayError;
 use crate::gateway::pick::Replica;
@@ -45,18 +43,9 @@ impl<'a> Upstream<'a> {
     }
 }
 
-/// Opens an HTTP/1.1 connection to the replica on hyper's client, ready to send requests.
-pub async fn connect(
-    upstream: Upstream<'_>,
-    timeout: Duration,
-) -> Result<SendRequest<ProxyBody>, GatewayError> {
-    let socket = open(upstream, timeout).await?;
-    handshake(upstream.name, socket).await
-}
-
 /// Opens a connection to the replica. For an https replica the TCP connect and the TLS
 /// handshake share the one `timeout`.
-async fn open(upstream: Upstream<'_>, timeout: Duration) -> Result<Socket, GatewayError> {
+pub async fn open(upstream: Upstream<'_>, timeout: Duration) -> Result<Socket, GatewayError> {
     let connect_error = |error| connect_failed(upstream.name, error);
     if let Some((tls, server_name)) = upstream.tls {
         // Boxed: the TLS handshake's state is several kilobytes, and every request future
@@ -113,20 +102,6 @@ async fn connect_tls(
     Ok(Socket::Tls(Box::new(stream)))
 }
 
-/// The HTTP/1.1 client handshake over an open connection; it runs on its own task.
-async fn handshake(replica: &str, stream: Socket) -> Result<SendRequest<ProxyBody>, GatewayError> {
-    let connect_error = |error| connect_failed(replica, ConnectError::Handshake(error));
-    let (mut sender, connection) =
-        http1::handshake(TokioIo::new(stream)).await.map_err(connect_error)?;
-    tokio::spawn(async move {
-        if let Err(error) = connection.await {
-            tracing::debug!(%error, "upstream connection ended with an error");
-        }
-    });
-    sender.ready().await.map_err(connect_error)?;
-    Ok(sender)
-}
-
 /// Sends `request` (origin-form target) on a connection of its own, which closes after it.
 pub async fn send(
     upstream: Upstream<'_>,
@@ -134,7 +109,7 @@ pub async fn send(
     request: Request<ProxyBody>,
 ) -> Result<Response<UpstreamBody>, GatewayError> {
     let socket = open(upstream, timeout).await?;
-    let response = wire::exchange(socket, request)
+    let response = wire::exchange(socket, request, After::Close)
         .await
         .map_err(|error| upstream_error::from_wire(upstream.name, error))?;
     Ok(response.map(UpstreamBody::Wire))

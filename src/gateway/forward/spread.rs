@@ -5,31 +5,45 @@
 //! kept for the next one (a connect and a close per request were a quarter of the
 //! gateway's CPU at 64 connections over 2 x 16 kept ones). Only when every spare is busy
 //! too does a request get a one-off connection.
+//!
+//! Requests go through the one-request client ([`super::wire`]): a slot lends its
+//! connection to one request and gets it back when the response has ended cleanly; a
+//! connection the replica closed while it idled is noticed when next lent, and replaced.
 
+use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::task::Context;
 use std::time::Duration;
 
 use dashmap::DashMap;
 use http::{Request, Response};
-use hyper::client::conn::http1::SendRequest;
-use tokio::sync::Mutex;
+use parking_lot::Mutex;
+use tokio::io::{AsyncRead, ReadBuf};
 
 use super::force_close::{self, Upstream};
 use super::upstream_body::UpstreamBody;
 use super::upstream_error;
+use super::wire::{self, After, Socket};
 use crate::gateway::body::ProxyBody;
 use crate::gateway::error::GatewayError;
 
 /// Spare connections a replica may keep per rotated connection.
 const SPARES_PER_CONNECTION: usize = 3;
 
+/// One connection's place.
+#[derive(Default)]
+struct Slot {
+    /// Lent to a request (its response has not ended yet), or being opened.
+    lent: AtomicBool,
+    /// The connection, while it idles between requests.
+    idle: Mutex<Option<Socket>>,
+}
+
 /// One replica's connections.
 struct SpreadPool {
-    // A tokio mutex per slot, only ever `try_lock`ed or held across its own reconnect: a
-    // busy slot is skipped, never waited for. The first `rotated` slots are used in turn,
-    // the spares after them in order.
-    slots: Vec<Mutex<Option<SendRequest<ProxyBody>>>>,
+    // The first `rotated` slots are used in turn, the spares after them in order.
+    slots: Vec<Slot>,
     rotated: usize,
     next: AtomicUsize,
 }
@@ -42,6 +56,47 @@ impl SpreadPool {
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         (0..rotated).map(move |turn| (start + turn) % rotated).chain(rotated..total)
     }
+
+    /// Slot `index` if no request holds it.
+    fn borrow(self: &Arc<Self>, index: usize) -> Option<Lease> {
+        let taken = self.slots[index].lent.swap(true, Ordering::AcqRel);
+        (!taken).then(|| Lease { pool: self.clone(), index })
+    }
+}
+
+/// A slot lent to one request; dropped, it is free again (empty unless given back).
+struct Lease {
+    pool: Arc<SpreadPool>,
+    index: usize,
+}
+
+impl Lease {
+    /// The slot's idle connection, unless the replica closed it (or sent something
+    /// unasked) while it idled.
+    fn idle_connection(&self) -> Option<Socket> {
+        let mut socket = self.pool.slots[self.index].idle.lock().take()?;
+        still_open(&mut socket).then_some(socket)
+    }
+
+    /// Puts `socket` back to idle in the slot and frees the slot.
+    fn give_back(self, socket: Socket) {
+        *self.pool.slots[self.index].idle.lock() = Some(socket);
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.pool.slots[self.index].lent.store(false, Ordering::Release);
+    }
+}
+
+/// Whether an idle connection is still open: nothing to read yet. A close (or bytes no
+/// request asked for) is readable at once.
+fn still_open(socket: &mut Socket) -> bool {
+    let mut byte = [0u8; 1];
+    let mut buf = ReadBuf::new(&mut byte);
+    let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
+    Pin::new(socket).poll_read(&mut cx, &mut buf).is_pending()
 }
 
 /// The spread connections of one entry, per replica.
@@ -72,7 +127,7 @@ impl Spread {
             .or_insert_with(|| {
                 let total = self.connections * (1 + SPARES_PER_CONNECTION);
                 Arc::new(SpreadPool {
-                    slots: (0..total).map(|_| Mutex::new(None)).collect(),
+                    slots: (0..total).map(|_| Slot::default()).collect(),
                     rotated: self.connections,
                     next: AtomicUsize::new(0),
                 })
@@ -86,29 +141,21 @@ impl Spread {
         upstream: Upstream<'_>,
         request: Request<ProxyBody>,
     ) -> Result<Response<UpstreamBody>, GatewayError> {
-        let replica = upstream.name;
-        let pool = self.pool(replica);
-        for index in pool.try_order() {
-            let Ok(mut slot) = pool.slots[index].try_lock() else {
-                continue;
-            };
-            let sender = match slot.as_mut() {
-                Some(sender) if sender.is_ready() => sender,
-                Some(sender) if !sender.is_closed() => continue,
-                // Boxed, as is the one-off below: opening a connection is rare here, and
-                // its state would otherwise enlarge every request's future.
-                _ => slot
-                    .insert(Box::pin(force_close::connect(upstream, self.connect_timeout)).await?),
-            };
-            // The response future does not borrow the connection: release the slot now.
-            let response = sender.send_request(request);
-            drop(slot);
-            let response = response.await;
-            return response
-                .map(|response| response.map(UpstreamBody::from))
-                .map_err(|error| upstream_error::from_hyper(replica, error));
-        }
-        self.overflow_requests.fetch_add(1, Ordering::Relaxed);
-        Box::pin(force_close::send(upstream, self.connect_timeout, request)).await
+        let pool = self.pool(upstream.name);
+        let Some(lease) = pool.try_order().find_map(|index| pool.borrow(index)) else {
+            self.overflow_requests.fetch_add(1, Ordering::Relaxed);
+            // Boxed, as is the connect below: opening a connection is rare here, and its
+            // state would otherwise enlarge every request's future.
+            return Box::pin(force_close::send(upstream, self.connect_timeout, request)).await;
+        };
+        let socket = match lease.idle_connection() {
+            Some(socket) => socket,
+            None => Box::pin(force_close::open(upstream, self.connect_timeout)).await?,
+        };
+        let keep: wire::Keep<Socket> = Box::new(move |socket| lease.give_back(socket));
+        let response = wire::exchange(socket, request, After::Keep(keep))
+            .await
+            .map_err(|error| upstream_error::from_wire(upstream.name, error))?;
+        Ok(response.map(UpstreamBody::Wire))
     }
 }

@@ -20,8 +20,6 @@ pub enum ConnectError {
     Tcp(#[source] std::io::Error),
     #[error("TLS handshake")]
     Tls(#[source] std::io::Error),
-    #[error("HTTP/1.1 handshake")]
-    Handshake(#[source] hyper::Error),
 }
 
 /// A connection that could not be opened: nothing was sent.
@@ -50,20 +48,15 @@ fn ended(error: &hyper::Error) -> Ended {
     }
 }
 
-/// A failure on a held connection (force_close, spread) before any response byte.
-pub fn from_hyper(replica: &str, error: hyper::Error) -> GatewayError {
-    classify(replica, ended(&error), error.into())
-}
-
-/// A failure of the one-request client before the response head: a close unless the
-/// replica answered something that is not HTTP.
+/// A failure of the one-request client (force_close, spread) before the response head: a
+/// close unless the replica answered something that is not HTTP.
 pub fn from_wire(replica: &str, error: super::wire::WireError) -> GatewayError {
     let how = if error.is_malformed() { Ended::Malformed } else { Ended::Closed };
     classify(replica, how, error.into())
 }
 
 /// A failure of the pooled keep-alive client: its connect errors are connect failures, and
-/// the hyper error under anything else follows [`from_hyper`]'s rule.
+/// the hyper error under anything else says whether the request was sent.
 pub fn from_pooled(replica: &str, error: hyper_util::client::legacy::Error) -> GatewayError {
     let how = if error.is_connect() {
         Ended::NotSent

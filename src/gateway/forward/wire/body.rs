@@ -49,23 +49,51 @@ enum State {
     Done,
 }
 
-/// A response body on a connection of its own; dropping it closes the connection.
+/// Takes a connection whose response ended cleanly, for its next request.
+pub type Keep<S> = Box<dyn FnOnce(S) + Send>;
+
+/// A response body read off its connection. The connection goes to the keeper, if any,
+/// once the body ended cleanly with nothing after it; it closes when the body is dropped
+/// otherwise (mid-body, after an error, or with no keeper).
 pub struct WireBody<S> {
-    io: S,
+    /// `None` once handed to the keeper.
+    io: Option<S>,
     buffer: BytesMut,
     state: State,
+    keep: Option<Keep<S>>,
 }
 
 impl<S> WireBody<S> {
     /// The body after a head: `buffer` holds whatever was read past the head.
-    pub fn new(io: S, buffer: BytesMut, framing: Framing) -> Self {
+    pub fn new(io: S, buffer: BytesMut, framing: Framing, keep: Option<Keep<S>>) -> Self {
         let state = match framing {
             Framing::Empty | Framing::Length(0) => State::Done,
             Framing::Length(remaining) => State::Length { remaining },
             Framing::Chunked => State::ChunkSize,
             Framing::UntilClose => State::UntilClose,
         };
-        Self { io, buffer, state }
+        let mut body = Self { io: Some(io), buffer, state, keep };
+        if body.state == State::Done {
+            body.ended_cleanly();
+        }
+        body
+    }
+
+    /// The body ended where its framing said: the connection goes to its keeper if nothing
+    /// was sent after the body (anything would be a protocol error on the next response).
+    fn ended_cleanly(&mut self) {
+        if let (Some(keep), true) = (self.keep.take(), self.buffer.is_empty())
+            && let Some(io) = self.io.take()
+        {
+            keep(io);
+        }
+    }
+
+    /// The body failed: the connection closes with it.
+    fn failed(&mut self) {
+        self.state = State::Done;
+        self.keep = None;
+        self.io = None;
     }
 }
 
@@ -176,25 +204,38 @@ impl<S: AsyncRead + Unpin> Body for WireBody<S> {
         let this = self.get_mut();
         loop {
             match this.decode() {
-                Ok(Some(Some(data))) => return Poll::Ready(Some(Ok(Frame::data(data)))),
-                Ok(Some(None)) => return Poll::Ready(None),
+                Ok(Some(Some(data))) => {
+                    if this.state == State::Done {
+                        this.ended_cleanly();
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Ok(Some(None)) => {
+                    this.ended_cleanly();
+                    return Poll::Ready(None);
+                }
                 Ok(None) => {}
                 Err(error) => {
-                    this.state = State::Done;
+                    this.failed();
                     return Poll::Ready(Some(Err(error)));
                 }
             }
-            let read = ready!(fill(Pin::new(&mut this.io), &mut this.buffer, cx));
+            let Some(io) = this.io.as_mut() else {
+                // Handed over or failed: both leave the state at `Done`, decoded above.
+                return Poll::Ready(None);
+            };
+            let read = ready!(fill(Pin::new(io), &mut this.buffer, cx));
             match read {
+                // A body delimited by the close has no keeper: nothing to hand over.
                 Ok(0) if this.state == State::UntilClose => this.state = State::Done,
                 Ok(0) => {
                     let error = this.truncated();
-                    this.state = State::Done;
+                    this.failed();
                     return Poll::Ready(Some(Err(error)));
                 }
                 Ok(_) => {}
                 Err(error) => {
-                    this.state = State::Done;
+                    this.failed();
                     return Poll::Ready(Some(Err(WireError::Read(error))));
                 }
             }
@@ -247,7 +288,7 @@ mod tests {
     /// Every frame of a body over `wire` cut at `cuts`, or its error.
     fn decode(wire: Vec<u8>, cuts: Vec<usize>, framing: Framing) -> Result<Vec<u8>, WireError> {
         let io = Pieces { data: wire.into(), cuts: cuts.into() };
-        let mut body = WireBody::new(io, BytesMut::new(), framing);
+        let mut body = WireBody::new(io, BytesMut::new(), framing, None);
         let mut out = Vec::new();
         while let Some(frame) = body.frame().now_or_never().expect("the pieces are all there") {
             out.extend_from_slice(&frame?.into_data().unwrap());

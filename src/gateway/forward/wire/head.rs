@@ -4,7 +4,7 @@
 use std::mem::MaybeUninit;
 
 use bytes::{Bytes, BytesMut};
-use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version};
 use tokio::io::AsyncRead;
 
@@ -95,6 +95,17 @@ fn parse(bytes: &Bytes) -> Result<Head, WireError> {
         map.append(name, value);
     }
     Ok(Head { status, version, headers: map })
+}
+
+/// Whether the connection may carry another request after this response: HTTP/1.1
+/// without `Connection: close`, and a body that ends by its framing, not by a close.
+pub fn goes_on(head: &Head, framing: Framing) -> bool {
+    let closes = head.headers.get_all(CONNECTION).iter().any(|value| {
+        value.to_str().is_ok_and(|value| {
+            value.split(',').any(|token| token.trim().eq_ignore_ascii_case("close"))
+        })
+    });
+    head.version == Version::HTTP_11 && !closes && framing != Framing::UntilClose
 }
 
 /// How the body after `head` is delimited (RFC 9112 §6.3).

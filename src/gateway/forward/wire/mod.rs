@@ -1,8 +1,10 @@
-//! The HTTP/1.1 client `force_close` speaks: one request on a connection of its own, its
-//! head and body written in one vectored write, and the response read straight off the
-//! socket into one buffer that the body's frames are cut from. A connection that carries
-//! one request needs none of a general client's machinery (a connection task, a dispatch
-//! channel, a pool), and each of those cost CPU and kilobytes per stream.
+//! The HTTP/1.1 client `force_close` and `spread` speak: one request at a time on a
+//! connection the caller holds, its head and body written in one vectored write, and the
+//! response read straight off the socket into one buffer that the body's frames are cut
+//! from. A connection is closed after its response (`force_close`) or handed back to its
+//! keeper once the response ended cleanly (`spread`). Connections held by their caller need
+//! none of a general client's machinery (a connection task, a dispatch channel, a pool),
+//! and each of those cost CPU and kilobytes per stream.
 
 mod body;
 mod head;
@@ -15,7 +17,7 @@ use bytes::BytesMut;
 use http::{Method, Request, Response};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-pub use body::WireBody;
+pub use body::{Keep, WireBody};
 pub use socket::Socket;
 
 use crate::gateway::body::{BoxError, ProxyBody};
@@ -69,22 +71,36 @@ impl WireError {
     }
 }
 
-/// Sends `request` (origin-form target, `Host` set) on `io`, asks the replica to close the
-/// connection after it, and returns the response once its head is read; the body streams
-/// from the socket as it is polled.
+/// What becomes of a connection after its exchange.
+pub enum After<S> {
+    /// The request asks the replica to close it; it closes with the response body.
+    Close,
+    /// Handed to the keeper once the response ended where its framing said, with nothing
+    /// after it and the replica willing to go on; closed otherwise.
+    Keep(Keep<S>),
+}
+
+/// Sends `request` (origin-form target, `Host` set) on `io` and returns the response once
+/// its head is read; the body streams from the socket as it is polled.
 pub async fn exchange<S>(
     mut io: S,
     request: Request<ProxyBody>,
+    after: After<S>,
 ) -> Result<Response<WireBody<S>>, WireError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let head_request = request.method() == Method::HEAD;
-    request::write(&mut io, request).await?;
+    let close = matches!(after, After::Close);
+    request::write(&mut io, request, close).await?;
     let mut buffer = BytesMut::with_capacity(READ_CHUNK);
     let head = head::read(&mut io, &mut buffer).await?;
     let framing = head::framing(&head, head_request)?;
-    let body = WireBody::new(io, buffer, framing);
+    let keep = match after {
+        After::Keep(keep) if head::goes_on(&head, framing) => Some(keep),
+        _ => None,
+    };
+    let body = WireBody::new(io, buffer, framing, keep);
     let mut response = Response::new(body);
     *response.status_mut() = head.status;
     *response.version_mut() = head.version;

@@ -1,6 +1,6 @@
-//! Writing a request: its head with `Connection: close` and the body's own framing (a
-//! length when the body knows it, chunks otherwise), head and first body bytes in one
-//! vectored write.
+//! Writing a request: its head (with `Connection: close` when the connection ends with it)
+//! and the body's own framing (a length when the body knows it, chunks otherwise), head and
+//! first body bytes in one vectored write.
 
 use bytes::{Buf, Bytes};
 use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
@@ -12,14 +12,15 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use super::WireError;
 use crate::gateway::body::ProxyBody;
 
-/// Writes `request` to `io` and flushes it.
-pub async fn write<S>(io: &mut S, request: Request<ProxyBody>) -> Result<(), WireError>
+/// Writes `request` to `io`, asking the replica to close the connection after it if
+/// `close`, and flushes it.
+pub async fn write<S>(io: &mut S, request: Request<ProxyBody>, close: bool) -> Result<(), WireError>
 where
     S: AsyncWrite + Unpin,
 {
     let (parts, mut body) = request.into_parts();
     let framing = framing_of(&parts.method, &body);
-    let head = encode_head(&parts, framing);
+    let head = encode_head(&parts, framing, close);
     let first = next_data(&mut body).await?;
     let more = first.is_some();
     let mut written = first.as_ref().map_or(0, |data| data.len() as u64);
@@ -88,7 +89,7 @@ fn carries_body(method: &Method) -> bool {
 
 /// The request line and headers. The body's framing replaces whatever framing headers the
 /// request carried (the client's framing described the client's connection).
-fn encode_head(parts: &http::request::Parts, framing: Framing) -> Vec<u8> {
+fn encode_head(parts: &http::request::Parts, framing: Framing, close: bool) -> Vec<u8> {
     let target = parts.uri.path_and_query().map_or("/", |path| path.as_str());
     let headers_size: usize =
         parts.headers.iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum();
@@ -107,7 +108,9 @@ fn encode_head(parts: &http::request::Parts, framing: Framing) -> Vec<u8> {
         head.extend_from_slice(value.as_bytes());
         head.extend_from_slice(b"\r\n");
     }
-    head.extend_from_slice(b"connection: close\r\n");
+    if close {
+        head.extend_from_slice(b"connection: close\r\n");
+    }
     match framing {
         Framing::None => {}
         Framing::Length(length) => {
@@ -160,7 +163,7 @@ mod tests {
 
     fn head_of(request: Request<ProxyBody>) -> String {
         let (parts, body) = request.into_parts();
-        String::from_utf8(encode_head(&parts, framing_of(&parts.method, &body))).unwrap()
+        String::from_utf8(encode_head(&parts, framing_of(&parts.method, &body), true)).unwrap()
     }
 
     #[test]

@@ -66,7 +66,7 @@ async fn exchange_with(request: Request<ProxyBody>, answer: &[u8], piece: usize)
         drop(server);
         request
     });
-    let outcome = match exchange(client, request).await {
+    let outcome = match exchange(client, request, After::Close).await {
         Ok(response) => {
             let (parts, mut body) = response.into_parts();
             let mut data = Vec::new();
@@ -220,4 +220,68 @@ async fn bodies_cut_short_fail_and_say_how() {
     assert!(matches!(body_of(chunked).await, Err(WireError::ChunkedTruncated)));
     let overlong = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nabc\r\n0\r\n\r\n";
     assert!(matches!(body_of(overlong).await, Err(WireError::MalformedChunk(_))));
+}
+
+/// Where a keeper puts the connection it is handed.
+type Kept = std::sync::Arc<parking_lot::Mutex<Option<DuplexStream>>>;
+
+/// A request on `client` that hands the connection to `kept` if the answer allows; the
+/// answer's body is read to its end.
+async fn exchange_keeping(client: DuplexStream, kept: &Kept) -> Result<Vec<u8>, WireError> {
+    let keeper = kept.clone();
+    let keep: Keep<DuplexStream> = Box::new(move |io| *keeper.lock() = Some(io));
+    let request = Request::get("/v1/models").header("host", "r:1").body(empty()).unwrap();
+    let response = exchange(client, request, After::Keep(keep)).await?;
+    Ok(response.into_body().collect().await?.to_bytes().to_vec())
+}
+
+#[tokio::test]
+async fn a_kept_connection_carries_the_next_request_once_the_body_ended() {
+    let (client, mut server) = tokio::io::duplex(1 << 16);
+    let kept = Kept::default();
+    let replica = tokio::spawn(async move {
+        let mut requests = Vec::new();
+        for answer in [
+            "HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\none",
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\ntwo\r\n0\r\n\r\n",
+        ] {
+            requests.push(read_request(&mut server).await);
+            server.write_all(answer.as_bytes()).await.unwrap();
+        }
+        requests
+    });
+    assert_eq!(exchange_keeping(client, &kept).await.unwrap(), b"one");
+    let again = kept.lock().take().expect("a clean end hands the connection back");
+    assert_eq!(exchange_keeping(again, &kept).await.unwrap(), b"two");
+    assert!(kept.lock().is_some(), "a chunked body's end hands it back too");
+    let requests = replica.await.unwrap();
+    assert!(requests.iter().all(|request| !request.contains("connection: close")));
+}
+
+#[tokio::test]
+async fn a_connection_the_replica_will_close_is_not_kept() {
+    // Each answer, and whether the replica then closes (the body delimited by the close).
+    let answers: [(&[u8], bool); 4] = [
+        (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok", false),
+        (b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok", false),
+        (b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nok", true),
+        // Bytes after the body: the next response would start with them.
+        (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokHTTP/1.1 200 OK\r\n\r\n", false),
+    ];
+    for (answer, closes) in answers {
+        let (client, mut server) = tokio::io::duplex(1 << 16);
+        let replica = tokio::spawn(async move {
+            read_request(&mut server).await;
+            server.write_all(answer).await.unwrap();
+            if closes {
+                drop(server);
+            } else {
+                std::future::pending::<()>().await;
+            }
+        });
+        let kept = Kept::default();
+        assert_eq!(exchange_keeping(client, &kept).await.unwrap(), b"ok");
+        assert!(kept.lock().is_none(), "kept after {}", String::from_utf8_lossy(answer));
+        replica.abort();
+    }
 }
