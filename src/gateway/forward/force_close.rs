@@ -1,7 +1,7 @@
 //! `force_close`: a fresh upstream connection per request, sent with `Connection: close`
 //! so that the replica closes it after the response. With several API-server processes on
 //! one listening socket, every request is accepted anew and the kernel spreads them. The
-//! request goes through the one-request client ([`super::wire`]); [`open`] also opens the
+//! request goes through laneway's own client ([`super::wire`]); [`open`] also opens the
 //! connections `spread` keeps, over TLS for https replicas.
 
 use std::time::Duration;

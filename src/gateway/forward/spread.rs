@@ -6,7 +6,7 @@
 //! gateway's CPU at 64 connections over 2 x 16 kept ones). Only when every spare is busy
 //! too does a request get a one-off connection.
 //!
-//! Requests go through the one-request client ([`super::wire`]): a slot lends its
+//! Requests go through laneway's own client ([`super::wire`]): a slot lends its
 //! connection to one request and gets it back when the response has ended cleanly; a
 //! connection the replica closed while it idled is noticed when next lent, and replaced.
 

@@ -1,5 +1,5 @@
-//! The body of a replica's response, whichever client read it: hyper's (pooled and held
-//! connections) or `force_close`'s own.
+//! The body of a replica's response, whichever client read it: hyper's pooled one
+//! (`keep_alive`) or laneway's own (`force_close`, `spread`).
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -13,9 +13,9 @@ use crate::gateway::body::BoxError;
 
 /// A replica's response body.
 pub enum UpstreamBody {
-    /// Read by hyper's client (`keep_alive`, `spread`).
+    /// Read by hyper's pooled client (`keep_alive`).
     Hyper(Incoming),
-    /// Read by the one-request client (`force_close`).
+    /// Read by laneway's own client (`force_close`, `spread`).
     Wire(WireBody<Socket>),
 }
 

@@ -48,7 +48,7 @@ fn ended(error: &hyper::Error) -> Ended {
     }
 }
 
-/// A failure of the one-request client (force_close, spread) before the response head: a
+/// A failure of laneway's own client (force_close, spread) before the response head: a
 /// close unless the replica answered something that is not HTTP.
 pub fn from_wire(replica: &str, error: super::wire::WireError) -> GatewayError {
     let how = if error.is_malformed() { Ended::Malformed } else { Ended::Closed };
