@@ -115,26 +115,13 @@ fn encode_head(parts: &http::request::Parts, framing: Framing, close: bool) -> V
         Framing::None => {}
         Framing::Length(length) => {
             head.extend_from_slice(b"content-length: ");
-            head.extend_from_slice(itoa_u64(length, &mut [0; 20]));
+            head.extend_from_slice(itoa::Buffer::new().format(length).as_bytes());
             head.extend_from_slice(b"\r\n");
         }
         Framing::Chunked => head.extend_from_slice(b"transfer-encoding: chunked\r\n"),
     }
     head.extend_from_slice(b"\r\n");
     head
-}
-
-/// `value` in decimal, written into `digits`.
-fn itoa_u64(mut value: u64, digits: &mut [u8; 20]) -> &[u8] {
-    let mut start = digits.len();
-    loop {
-        start -= 1;
-        digits[start] = b'0' + (value % 10) as u8;
-        value /= 10;
-        if value == 0 {
-            return &digits[start..];
-        }
-    }
 }
 
 /// One chunk of a chunked body: its size in hex, the data, and the line end.
@@ -187,12 +174,5 @@ mod tests {
         assert_eq!(head_of(get), "GET /v1/models?x=1 HTTP/1.1\r\nconnection: close\r\n\r\n");
         let post = Request::post("/v1/x").body(empty()).unwrap();
         assert!(head_of(post).ends_with("content-length: 0\r\n\r\n"));
-    }
-
-    #[test]
-    fn decimal_lengths() {
-        for value in [0, 7, 10, 4096, u64::MAX] {
-            assert_eq!(itoa_u64(value, &mut [0; 20]), value.to_string().as_bytes());
-        }
     }
 }
