@@ -22,6 +22,8 @@ const REQUESTS: usize = 6;
 /// Clock speed: real time, so the modelled gaps (hundreds of ms) dwarf scheduling noise on
 /// a busy machine; the test still takes about two seconds.
 const SPEED: f64 = 1.0;
+/// Bursts opened at most before one lands whole on one worker (at the real clock).
+const BURST_ATTEMPTS: usize = 5;
 /// Upper bound on any single wait in this test.
 const LIMIT: Duration = Duration::from_secs(30);
 /// Bound on the polls for a request to reach the replica.
@@ -142,11 +144,23 @@ async fn connections_opened_apart_in_time_spread() {
 #[tokio::test]
 async fn keep_alive_connections_of_one_burst_queue_ttft() {
     let _one = crate::ONE_AT_A_TIME.lock().await;
-    // Keep-alive: 6 connections opened together, all accepted by one worker.
-    let pinned_sim = start("h20-tp8", WORKERS, SPEED).await;
-    let addr = pinned_sim.addr();
-    let (pinned, workers) = burst(addr, REQUESTS).await;
-    assert!(workers.iter().all(|worker| *worker == workers[0]), "{workers:?}");
+    // Keep-alive: 6 connections opened together, all accepted by one worker. At the real
+    // clock the accept window is 2 ms of wall time, which a loaded machine can stretch a
+    // burst past (that landing is tested on a slow clock above): a burst that spread is
+    // replaced, on a fresh replica, a bounded number of times.
+    let mut attempts = 0;
+    let (pinned_sim, addr, pinned) = loop {
+        attempts += 1;
+        let sim = start("h20-tp8", WORKERS, SPEED).await;
+        let addr = sim.addr();
+        let (pinned, workers) = burst(addr, REQUESTS).await;
+        if workers.iter().all(|worker| *worker == workers[0]) {
+            break (sim, addr, pinned);
+        }
+        assert!(attempts < BURST_ATTEMPTS, "every burst spread over workers: {workers:?}");
+        drop(pinned);
+        sim.shutdown().await;
+    };
     let tasks = pinned.into_iter().map(|s| tokio::spawn(ttft(s, addr, 8))).collect();
     let keep_alive = median(join_ttfts(tasks).await);
     let stats = pinned_sim.stats();
