@@ -108,7 +108,11 @@ impl Connector {
         path: Option<PathAndQuery>,
         deadline: tokio::time::Instant,
     ) -> Result<Response<UpstreamBody>, GatewayError> {
-        let sent = tokio::time::timeout_at(deadline, self.send_now(replica, request, path));
+        // Boxed: the send's state (a connect, a TLS handshake, the exchange) is kilobytes,
+        // and inline it would be allocated with every request's future from the start,
+        // while it waits in admission or for its replica to answer earlier ones too.
+        let sending = Box::pin(self.send_now(replica, request, path));
+        let sent = tokio::time::timeout_at(deadline, sending);
         sent.await.unwrap_or_else(|_| Err(self.first_byte_timed_out(replica)))
     }
 
