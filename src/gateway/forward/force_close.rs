@@ -9,6 +9,7 @@ use std::time::Duration;
 use http::{Request, Response};
 use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
+use tokio_util::either::Either;
 
 use super::addresses::ReplicaAddresses;
 use super::upstream_body::UpstreamBody;
@@ -56,7 +57,7 @@ pub async fn open(upstream: Upstream<'_>, timeout: Duration) -> Result<Socket, G
         upstream.addresses.doubt();
         connect_error(ConnectError::TimedOut(timeout))
     })??;
-    Ok(Socket::Plain(stream))
+    Ok(Either::Left(stream))
 }
 
 /// A TCP connection to the first of the replica's addresses that accepts, without Nagle
@@ -99,7 +100,7 @@ async fn connect_tls(
         upstream.addresses.doubt();
         connect_error(ConnectError::TlsTimedOut(timeout))
     })??;
-    Ok(Socket::Tls(Box::new(stream)))
+    Ok(Either::Right(Box::new(stream)))
 }
 
 /// Sends `request` (origin-form target) on a connection of its own, which closes after it.
