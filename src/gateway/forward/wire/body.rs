@@ -49,6 +49,13 @@ enum State {
     Done,
 }
 
+/// What the decoder made of the bytes buffered so far.
+enum Step {
+    Frame(Bytes),
+    End,
+    NeedMore,
+}
+
 /// Takes a connection whose response ended cleanly, for its next request.
 pub type Keep<S> = Box<dyn FnOnce(S) + Send>;
 
@@ -114,15 +121,14 @@ where
 }
 
 impl<S: AsyncRead + Unpin> WireBody<S> {
-    /// Advances the decoder over buffered bytes: a frame, the end, or `None` when more bytes
-    /// are needed.
-    fn decode(&mut self) -> Result<Option<Option<Bytes>>, WireError> {
+    /// Advances the decoder over buffered bytes: a frame, the end, or a need for more.
+    fn decode(&mut self) -> Result<Step, WireError> {
         loop {
             match self.state {
-                State::Done => return Ok(Some(None)),
+                State::Done => return Ok(Step::End),
                 State::Length { remaining } | State::ChunkData { remaining } => {
                     if self.buffer.is_empty() {
-                        return Ok(None);
+                        return Ok(Step::NeedMore);
                     }
                     let take = remaining.min(self.buffer.len() as u64);
                     let left = remaining - take;
@@ -132,13 +138,13 @@ impl<S: AsyncRead + Unpin> WireBody<S> {
                         _ if left == 0 => State::ChunkEnd,
                         _ => State::ChunkData { remaining: left },
                     };
-                    return Ok(Some(Some(self.buffer.split_to(take as usize).freeze())));
+                    return Ok(Step::Frame(self.buffer.split_to(take as usize).freeze()));
                 }
                 State::UntilClose => {
                     if self.buffer.is_empty() {
-                        return Ok(None);
+                        return Ok(Step::NeedMore);
                     }
-                    return Ok(Some(Some(self.buffer.split().freeze())));
+                    return Ok(Step::Frame(self.buffer.split().freeze()));
                 }
                 State::ChunkSize => match httparse::parse_chunk_size(&self.buffer) {
                     Ok(httparse::Status::Complete((used, size))) => {
@@ -154,7 +160,7 @@ impl<S: AsyncRead + Unpin> WireBody<S> {
                 },
                 State::ChunkEnd => {
                     if self.buffer.len() < 2 {
-                        return Ok(None);
+                        return Ok(Step::NeedMore);
                     }
                     if &self.buffer[..2] != b"\r\n" {
                         return Err(WireError::MalformedChunk("chunk data longer than its size"));
@@ -177,11 +183,11 @@ impl<S: AsyncRead + Unpin> WireBody<S> {
     }
 
     /// More bytes are needed to finish a line, unless the line is already too long.
-    fn need_line(&self) -> Result<Option<Option<Bytes>>, WireError> {
+    fn need_line(&self) -> Result<Step, WireError> {
         if self.buffer.len() > MAX_LINE_BYTES {
             return Err(WireError::MalformedChunk("line too long"));
         }
-        Ok(None)
+        Ok(Step::NeedMore)
     }
 
     /// The error for a connection that closed before the body's end.
@@ -204,17 +210,17 @@ impl<S: AsyncRead + Unpin> Body for WireBody<S> {
         let this = self.get_mut();
         loop {
             match this.decode() {
-                Ok(Some(Some(data))) => {
+                Ok(Step::Frame(data)) => {
                     if this.state == State::Done {
                         this.ended_cleanly();
                     }
                     return Poll::Ready(Some(Ok(Frame::data(data))));
                 }
-                Ok(Some(None)) => {
+                Ok(Step::End) => {
                     this.ended_cleanly();
                     return Poll::Ready(None);
                 }
-                Ok(None) => {}
+                Ok(Step::NeedMore) => {}
                 Err(error) => {
                     this.failed();
                     return Poll::Ready(Some(Err(error)));
