@@ -10,12 +10,12 @@ use http::request::Parts;
 use http::uri::PathAndQuery;
 use http::{Method, Request, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use hyper::body::Incoming;
 use tracing::Instrument;
 
 use super::ListenerRole;
 use super::attempts::{self, Forwarding};
 use super::body_deadline::{BodyTimedOut, DeadlineBody};
+use super::client_body::ClientBody;
 use super::respond::{Placed, respond, tag};
 use crate::gateway::admission::HeldBody;
 use crate::gateway::body::{ProxyBody, boxed};
@@ -41,7 +41,7 @@ use crate::openai::request::Endpoint;
 pub async fn dispatch(
     state: Arc<GatewayState>,
     role: ListenerRole,
-    mut request: Request<Incoming>,
+    mut request: Request<ClientBody>,
 ) -> Response<ProxyBody> {
     let id = request_id::accept_or_create(request.headers_mut());
     let span = tracing::debug_span!("request", request_id = request_id::as_text(&id));
@@ -57,7 +57,7 @@ pub async fn dispatch(
 async fn serve_request(
     state: Arc<GatewayState>,
     role: ListenerRole,
-    request: Request<Incoming>,
+    request: Request<ClientBody>,
     ctx: &mut RequestCtx,
 ) -> Response<ProxyBody> {
     let route = route(role, &request);
@@ -119,7 +119,7 @@ fn error_response(
 }
 
 /// With `[auth]`, every request on an inference listener needs a known key.
-fn authenticate(state: &GatewayState, request: &Request<Incoming>) -> Result<(), GatewayError> {
+fn authenticate(state: &GatewayState, request: &Request<ClientBody>) -> Result<(), GatewayError> {
     let Some(keys) = &state.config.auth else { return Ok(()) };
     let label = keys.check(request.headers())?;
     if keys.count_by_key {
@@ -136,7 +136,7 @@ enum Route {
     Other,
 }
 
-fn route(role: ListenerRole, request: &Request<Incoming>) -> Route {
+fn route(role: ListenerRole, request: &Request<ClientBody>) -> Route {
     let path = request.uri().path();
     let asks_debug =
         request.headers().get(headers::ENTRY).is_some_and(|v| v.as_bytes() == b"debug");
@@ -155,7 +155,7 @@ async fn inference(
     state: &Arc<GatewayState>,
     role: ListenerRole,
     endpoint: Endpoint,
-    request: Request<Incoming>,
+    request: Request<ClientBody>,
     ctx: &mut RequestCtx,
 ) -> Result<Response<ProxyBody>, GatewayError> {
     let classified = classify_request(state, role, endpoint, request, ctx).await?;
@@ -211,7 +211,7 @@ async fn classify_request(
     state: &Arc<GatewayState>,
     role: ListenerRole,
     endpoint: Endpoint,
-    request: Request<Incoming>,
+    request: Request<ClientBody>,
     ctx: &mut RequestCtx,
 ) -> Result<Classified, GatewayError> {
     let named = named_entry(role, &request)?;
@@ -297,7 +297,7 @@ fn priority_band(headers: &http::HeaderMap) -> Result<Option<u8>, GatewayError> 
 /// The entry fixed before reading the body: by dedicated listener, else by header.
 fn named_entry(
     role: ListenerRole,
-    request: &Request<Incoming>,
+    request: &Request<ClientBody>,
 ) -> Result<Option<(Entry, ClassifyMethod)>, GatewayError> {
     if let ListenerRole::Entry(entry) = role {
         return Ok(Some((entry, ClassifyMethod::Listener)));
@@ -324,7 +324,7 @@ fn named_entry(
 /// taken longer than `deadline` to arrive.
 async fn read_body(
     parts: &Parts,
-    body: Incoming,
+    body: ClientBody,
     (limit, deadline): (usize, Duration),
 ) -> Result<Bytes, GatewayError> {
     let declared = parts
@@ -362,7 +362,7 @@ pub(super) fn rebuild(parts: &Parts, body: ProxyBody) -> Request<ProxyBody> {
 async fn debug(
     state: &Arc<GatewayState>,
     role: ListenerRole,
-    request: Request<Incoming>,
+    request: Request<ClientBody>,
     ctx: &mut RequestCtx,
 ) -> Result<Response<ProxyBody>, GatewayError> {
     ctx.entry = Entry::Debug;
@@ -385,7 +385,7 @@ async fn debug(
 
 /// The replica a debug request names, and the path to send it (`None`: its own path).
 fn debug_target(
-    request: &Request<Incoming>,
+    request: &Request<ClientBody>,
 ) -> Result<(String, Option<PathAndQuery>), GatewayError> {
     if let Some(path_and_query) = request.uri().path_and_query()
         && let Some((name, path)) = split_debug_path(path_and_query)
@@ -404,7 +404,7 @@ fn debug_target(
 /// answers, through the short entry's connections.
 async fn other(
     state: &Arc<GatewayState>,
-    request: Request<Incoming>,
+    request: Request<ClientBody>,
     ctx: &mut RequestCtx,
 ) -> Result<Response<ProxyBody>, GatewayError> {
     let replica = state.picker.pick(None).ok_or(GatewayError::NoReplica)?;
@@ -416,7 +416,7 @@ async fn other(
 async fn pass_through(
     state: &Arc<GatewayState>,
     replica: Arc<Replica>,
-    request: Request<Incoming>,
+    request: Request<ClientBody>,
     path: Option<PathAndQuery>,
     ctx: &mut RequestCtx,
 ) -> Result<Response<ProxyBody>, GatewayError> {

@@ -1,21 +1,25 @@
-//! The listeners: HTTP/1.1 and h2c on one port (hyper-util's auto builder), one accept loop
-//! per listener, graceful drain on shutdown. Each request goes to [`dispatch::dispatch`].
+//! The listeners: HTTP/1.1 (laneway's own server) and h2c (hyper-util's auto builder) on
+//! one port, one accept loop per listener, graceful drain on shutdown. Each request goes to [`dispatch::dispatch`].
 
 mod attempts;
 pub mod auth;
 mod body_deadline;
+pub mod client_body;
 pub mod connection;
 pub mod dispatch;
+mod h1;
 mod models;
 pub mod request_id;
 mod respond;
+mod rewind;
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::HeaderValue;
-use http::{Request, Version};
+use http::{Request, Response, Version};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -23,15 +27,18 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
 
 use connection::{Activity, ClientTimeouts, ConnectionTracker, Stops, WatchedIo};
 
 use crate::gateway::admission::HeldBody;
+use crate::gateway::body::ProxyBody;
 use crate::gateway::config::Entry;
 use crate::gateway::config::GatewayConfig;
 use crate::gateway::forward::request::KEEP_ALIVE;
 use crate::gateway::state::reload::LiveState;
 use crate::gateway::tls;
+use client_body::ClientBody;
 
 /// What a listener serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,7 +121,9 @@ pub async fn serve(
     }
 }
 
-/// Serves one client connection under its timeouts (read from the live config as it opens).
+/// Serves one client connection under its timeouts (read from the live config as it opens):
+/// HTTP/1.1 on laneway's own server ([`h1`]), handed to hyper's for HTTP/2 and whatever
+/// else the own server leaves to it.
 async fn serve_connection<S>(
     stream: S,
     role: ListenerRole,
@@ -124,21 +133,65 @@ async fn serve_connection<S>(
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let timeouts = &live.load().config.reliability.timeouts;
+    let config = &live.load().config;
+    let timeouts = &config.reliability.timeouts;
+    let limits = h1::Limits {
+        head_bytes: config.reliability.limits.max_header_bytes,
+        headers: config.reliability.limits.max_headers,
+        body_bytes: config.body_limit_bytes,
+        body_deadline: timeouts.client_body,
+    };
     let timeouts = ClientTimeouts { header: timeouts.client_header, idle: timeouts.client_idle };
     let keep_alive_hint = HeaderValue::from_str(&format!("timeout={}", timeouts.idle.as_secs()))
         .expect("a number is a header value");
     let activity = Activity::new();
-    let io = TokioIo::new(WatchedIo::new(stream, activity.clone()));
-    let requests = activity.clone();
-    let service = service_fn(move |request: Request<Incoming>| {
-        let open = requests.begin();
+    let io = WatchedIo::new(stream, activity.clone());
+    let closing = CancellationToken::new();
+    let setup = h1::Setup {
+        limits,
+        keep_alive: keep_alive_hint.clone(),
+        activity: &activity,
+        closing: &closing,
+    };
+    let own_live = live.clone();
+    let own_service = move |request: Request<ClientBody>| {
+        // Boxed: the request's whole state machine is large; a box moves as one pointer.
+        Box::pin(dispatch::dispatch(own_live.load_full(), role, request))
+    };
+    let hand_over = |rewound| {
+        let service = hyper_service(live, role, activity.clone(), keep_alive_hint);
+        serve_on_hyper(TokioIo::new(rewound), builder, service, &closing)
+    };
+    let connection = async {
+        h1::serve(io, setup, own_service, hand_over).await;
+        Ok::<(), Infallible>(())
+    };
+    tokio::pin!(connection);
+    let stops = Stops { shutdown, timeouts };
+    connection::drive(connection, |_| closing.cancel(), &activity, stops).await;
+}
+
+/// The service hyper calls for each request of a connection handed to it.
+fn hyper_service(
+    live: Arc<LiveState>,
+    role: ListenerRole,
+    activity: Arc<Activity>,
+    keep_alive_hint: HeaderValue,
+) -> impl hyper::service::Service<
+    Request<Incoming>,
+    Response = Response<HeldBody<ProxyBody, connection::OpenRequest>>,
+    Error = Infallible,
+    Future = impl Future<
+        Output = Result<Response<HeldBody<ProxyBody, connection::OpenRequest>>, Infallible>,
+    > + Send,
+> + Clone {
+    service_fn(move |request: Request<Incoming>| {
+        let open = activity.begin();
         let http1 = request.version() < Version::HTTP_2;
         let state = live.load_full();
         let hint = keep_alive_hint.clone();
-        // Boxed: the request's whole state machine is large, and hyper moves the service's
-        // future by value (a profile showed the copies); a box moves as one pointer.
-        let serve = Box::pin(dispatch::dispatch(state, role, request));
+        // Boxed: hyper moves the service's future by value (a profile showed the copies).
+        let serve = Box::pin(dispatch::dispatch(state, role, request.map(ClientBody::Hyper)));
         async move {
             let mut response = serve.await;
             if http1 {
@@ -146,10 +199,37 @@ async fn serve_connection<S>(
             }
             Ok::<_, Infallible>(response.map(|body| HeldBody::new(body, open)))
         }
-    });
+    })
+}
+
+/// Serves a connection on hyper until it ends; `closing` asks it to finish gracefully
+/// (HTTP/1 closes once idle, HTTP/2 sends GOAWAY).
+async fn serve_on_hyper<I, Svc>(
+    io: I,
+    builder: &auto::Builder<TokioExecutor>,
+    service: Svc,
+    closing: &CancellationToken,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    Svc: hyper::service::Service<
+            Request<Incoming>,
+            Response = Response<HeldBody<ProxyBody, connection::OpenRequest>>,
+            Error = Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    Svc::Future: Send + 'static,
+{
     let connection = builder.serve_connection(io, service);
     tokio::pin!(connection);
-    let stops = Stops { shutdown, timeouts };
-    connection::drive(connection, |connection| connection.graceful_shutdown(), &activity, stops)
-        .await;
+    let ended = tokio::select! {
+        ended = connection.as_mut() => ended,
+        () = closing.cancelled() => {
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
+    if let Err(error) = ended {
+        tracing::debug!(%error, "downstream connection ended with an error");
+    }
 }

@@ -56,10 +56,11 @@ where
     }
 }
 
-/// The length of the head at the start of `buffer`, up to and with its empty line, once
-/// that line is there; `searched` bytes are known not to hold it. A head holds no empty
-/// line before its end, so the first one ends it (CRLF or, leniently, bare LF endings).
-fn head_length(buffer: &[u8], searched: usize) -> Option<usize> {
+/// The length of the head (a request's or a response's) at the start of `buffer`, up to
+/// and with its empty line, once that line is there; `searched` bytes are known not to
+/// hold it. A head holds no empty line before its end, so the first one ends it (CRLF or,
+/// leniently, bare LF endings).
+pub fn head_length(buffer: &[u8], searched: usize) -> Option<usize> {
     let from = searched.saturating_sub(2);
     memchr::memchr_iter(b'\n', &buffer[from..]).map(|at| from + at + 1).find_map(|next| {
         match (buffer.get(next), buffer.get(next + 1)) {

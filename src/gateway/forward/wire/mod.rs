@@ -18,6 +18,7 @@ use http::{Method, Request, Response};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use body::{Keep, WireBody};
+pub use head::head_length;
 pub use socket::Socket;
 
 use crate::gateway::body::{BoxError, ProxyBody};

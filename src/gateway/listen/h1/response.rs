@@ -1,0 +1,269 @@
+//! Writing one response on an HTTP/1.1 connection: the head, then the body's frames as
+//! they come, framed by the response's `Content-Length`, by the body's known size, or in
+//! chunks. Frames already available go out together with the head or with each other in
+//! one vectored write; a frame still being produced is waited for while the connection
+//! is watched for the client leaving (it drops the body, as hyper does).
+
+use std::collections::VecDeque;
+use std::io::IoSlice;
+use std::pin::Pin;
+use std::task::Poll;
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::{CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use http_body::{Body, Frame};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+
+use super::client_left;
+use crate::gateway::body::{BoxError, ProxyBody};
+
+/// Bytes queued before they are written even if more frames are ready.
+const WRITE_BATCH_BYTES: usize = 64 * 1024;
+
+/// Pieces queued before they are written (one vectored write takes this many).
+const WRITE_BATCH_PIECES: usize = 32;
+
+/// What the request said about its response.
+#[derive(Debug, Clone, Copy)]
+pub struct Reply<'a> {
+    /// The request was a `HEAD`: the head only.
+    pub head_request: bool,
+    /// The connection closes after this response.
+    pub close: bool,
+    /// `Keep-Alive: timeout=N` for a connection that stays open.
+    pub keep_alive: &'a HeaderValue,
+}
+
+/// Why a response was not written whole.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error("writing to the client")]
+    Io(#[source] std::io::Error),
+    #[error("the client left")]
+    ClientLeft,
+    #[error("the response body failed")]
+    Body(#[source] BoxError),
+    #[error("the response body is not the {declared} bytes its length said")]
+    Length { declared: u64 },
+}
+
+/// How the body goes on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    None,
+    Length(u64),
+    Chunked,
+}
+
+/// Writes `response` to `io`; `buffer` takes what the client sends meanwhile (a pipelined
+/// request). Returns once the body has ended and everything is written.
+pub async fn write<S>(
+    io: &mut S,
+    buffer: &mut BytesMut,
+    response: Response<ProxyBody>,
+    reply: Reply<'_>,
+) -> Result<(), WriteError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let (mut parts, mut body) = response.into_parts();
+    let framing = framing(&mut parts.headers, parts.status, &body, reply.head_request);
+    let mut out = Outgoing::default();
+    out.push(encode_head(parts.status, &parts.headers, reply));
+    let mut left = match framing {
+        Framing::Length(length) => length,
+        Framing::None | Framing::Chunked => 0,
+    };
+    if framing == Framing::None {
+        return flush(io, &mut out).await;
+    }
+    loop {
+        let frame = match ready_frame(&mut body).await {
+            Some(frame) => frame,
+            None => {
+                flush(io, &mut out).await?;
+                tokio::select! {
+                    frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)) => frame,
+                    () = client_left(io, buffer) => return Err(WriteError::ClientLeft),
+                }
+            }
+        };
+        let data = match frame {
+            None => break,
+            Some(Err(error)) => {
+                // What is queued still goes; the missing end tells the client it failed.
+                let _ = flush(io, &mut out).await;
+                return Err(WriteError::Body(error));
+            }
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) if !data.is_empty() => data,
+                _ => continue,
+            },
+        };
+        match framing {
+            Framing::Length(declared) => {
+                if data.len() as u64 > left {
+                    let _ = flush(io, &mut out).await;
+                    return Err(WriteError::Length { declared });
+                }
+                left -= data.len() as u64;
+                out.push(data);
+            }
+            Framing::Chunked => {
+                out.push(Bytes::from(format!("{:x}\r\n", data.len())));
+                out.push(data);
+                out.push(Bytes::from_static(b"\r\n"));
+            }
+            Framing::None => unreachable!("returned above"),
+        }
+        if out.remaining() >= WRITE_BATCH_BYTES || out.pieces.len() + 3 > WRITE_BATCH_PIECES {
+            flush(io, &mut out).await?;
+        }
+    }
+    match framing {
+        Framing::Chunked => out.push(Bytes::from_static(b"0\r\n\r\n")),
+        Framing::Length(declared) if left > 0 => {
+            let _ = flush(io, &mut out).await;
+            return Err(WriteError::Length { declared });
+        }
+        _ => {}
+    }
+    flush(io, &mut out).await
+}
+
+/// The next frame if the body has one ready, without waiting (the task is woken when it
+/// has one, as any poll would).
+async fn ready_frame(body: &mut ProxyBody) -> Option<Option<Result<Frame<Bytes>, BoxError>>> {
+    std::future::poll_fn(|cx| match Pin::new(&mut *body).poll_frame(cx) {
+        Poll::Ready(frame) => Poll::Ready(Some(frame)),
+        Poll::Pending => Poll::Ready(None),
+    })
+    .await
+}
+
+/// Decides the body's framing and sets the headers that announce it: the response's own
+/// valid `Content-Length`, else the body's known size, else chunks. Responses that carry
+/// no body (1xx, 204, 304, an answer to `HEAD`) keep their headers as they are.
+fn framing(
+    headers: &mut HeaderMap,
+    status: StatusCode,
+    body: &ProxyBody,
+    head_request: bool,
+) -> Framing {
+    headers.remove(TRANSFER_ENCODING);
+    if head_request
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+    {
+        return Framing::None;
+    }
+    let mut lengths = headers.get_all(CONTENT_LENGTH).iter();
+    let declared = match (lengths.next(), lengths.next()) {
+        (Some(value), None) => value.to_str().ok().and_then(|v| v.trim().parse::<u64>().ok()),
+        _ => None,
+    };
+    if let Some(length) = declared {
+        return Framing::Length(length);
+    }
+    headers.remove(CONTENT_LENGTH);
+    match body.size_hint().exact() {
+        Some(length) => {
+            headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
+            Framing::Length(length)
+        }
+        None => {
+            headers.insert(TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+            Framing::Chunked
+        }
+    }
+}
+
+/// The status line and headers, with the connection's own headers added.
+fn encode_head(status: StatusCode, headers: &HeaderMap, reply: Reply<'_>) -> Bytes {
+    let size: usize =
+        headers.iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum();
+    let mut head = Vec::with_capacity(size + 128);
+    head.extend_from_slice(b"HTTP/1.1 ");
+    head.extend_from_slice(status.as_str().as_bytes());
+    head.push(b' ');
+    head.extend_from_slice(status.canonical_reason().unwrap_or("Unknown").as_bytes());
+    head.extend_from_slice(b"\r\n");
+    for (name, value) in headers {
+        put_header(&mut head, name.as_str().as_bytes(), value.as_bytes());
+    }
+    if reply.close {
+        put_header(&mut head, b"connection", b"close");
+    } else {
+        put_header(&mut head, b"keep-alive", reply.keep_alive.as_bytes());
+    }
+    if !headers.contains_key(DATE) {
+        super::date::with_now(|date| put_header(&mut head, b"date", date));
+    }
+    head.extend_from_slice(b"\r\n");
+    Bytes::from(head)
+}
+
+fn put_header(head: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    head.extend_from_slice(name);
+    head.extend_from_slice(b": ");
+    head.extend_from_slice(value);
+    head.extend_from_slice(b"\r\n");
+}
+
+/// Writes everything queued in one vectored write (or as few as the socket takes).
+async fn flush<S: AsyncWrite + Unpin>(io: &mut S, out: &mut Outgoing) -> Result<(), WriteError> {
+    if out.has_remaining() {
+        io.write_all_buf(out).await.map_err(WriteError::Io)?;
+    }
+    io.flush().await.map_err(WriteError::Io)
+}
+
+/// Byte pieces queued for one write, read as one buffer.
+#[derive(Default)]
+struct Outgoing {
+    pieces: VecDeque<Bytes>,
+    remaining: usize,
+}
+
+impl Outgoing {
+    fn push(&mut self, piece: Bytes) {
+        if !piece.is_empty() {
+            self.remaining += piece.len();
+            self.pieces.push_back(piece);
+        }
+    }
+}
+
+impl Buf for Outgoing {
+    fn remaining(&self) -> usize {
+        self.remaining
+    }
+
+    fn chunk(&self) -> &[u8] {
+        self.pieces.front().map_or(&[], |piece| piece)
+    }
+
+    fn chunks_vectored<'a>(&'a self, slices: &mut [IoSlice<'a>]) -> usize {
+        let mut filled = 0;
+        for (slice, piece) in slices.iter_mut().zip(&self.pieces) {
+            *slice = IoSlice::new(piece);
+            filled += 1;
+        }
+        filled
+    }
+
+    fn advance(&mut self, mut count: usize) {
+        self.remaining -= count;
+        while count > 0 {
+            let front = self.pieces.front_mut().expect("advanced past the end");
+            if count < front.len() {
+                front.advance(count);
+                return;
+            }
+            count -= front.len();
+            self.pieces.pop_front();
+        }
+    }
+}
