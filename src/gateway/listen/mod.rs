@@ -1,5 +1,6 @@
 //! The listeners: HTTP/1.1 (laneway's own server) and h2c (hyper-util's auto builder) on
-//! one port, one accept loop per listener, graceful drain on shutdown. Each request goes to [`dispatch::dispatch`].
+//! one port, one accept loop per listener, graceful drain on shutdown. Each request goes
+//! to [`dispatch::dispatch`].
 
 mod attempts;
 pub mod auth;
@@ -14,7 +15,6 @@ mod respond;
 mod rewind;
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -171,6 +171,9 @@ async fn serve_connection<S>(
     connection::drive(connection, |_| closing.cancel(), &activity, stops).await;
 }
 
+/// A response as hyper's server sends it: held open as a request of its connection.
+type HyperResponse = Response<HeldBody<ProxyBody, connection::OpenRequest>>;
+
 /// The service hyper calls for each request of a connection handed to it.
 fn hyper_service(
     live: Arc<LiveState>,
@@ -179,11 +182,9 @@ fn hyper_service(
     keep_alive_hint: HeaderValue,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
-    Response = Response<HeldBody<ProxyBody, connection::OpenRequest>>,
+    Response = HyperResponse,
     Error = Infallible,
-    Future = impl Future<
-        Output = Result<Response<HeldBody<ProxyBody, connection::OpenRequest>>, Infallible>,
-    > + Send,
+    Future: Send,
 > + Clone {
     service_fn(move |request: Request<Incoming>| {
         let open = activity.begin();
@@ -211,11 +212,8 @@ async fn serve_on_hyper<I, Svc>(
     closing: &CancellationToken,
 ) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-    Svc: hyper::service::Service<
-            Request<Incoming>,
-            Response = Response<HeldBody<ProxyBody, connection::OpenRequest>>,
-            Error = Infallible,
-        > + Clone
+    Svc: hyper::service::Service<Request<Incoming>, Response = HyperResponse, Error = Infallible>
+        + Clone
         + Send
         + 'static,
     Svc::Future: Send + 'static,

@@ -46,6 +46,7 @@ pub struct Head {
 }
 
 /// What the next read of a connection found.
+#[allow(clippy::large_enum_variant, reason = "matched at once; a box would cost a request")]
 pub enum ReadHead {
     Request(Head),
     /// The connection goes to hyper, these bytes first.
