@@ -112,3 +112,6 @@ async fn client_left<S: AsyncRead + Unpin>(io: &mut S, buffer: &mut BytesMut) {
     }
     std::future::pending().await
 }
+
+#[cfg(test)]
+mod tests;
