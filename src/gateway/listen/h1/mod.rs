@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use request::Limits;
 use request::ReadHead;
-use response::Reply;
+use response::{Reply, Then};
 
 use super::client_body::ClientBody;
 use super::connection::Activity;
@@ -90,11 +90,14 @@ pub async fn serve<S, Service, Served, HandOver, HandedOver>(
         let reply = Reply { head_request, close, keep_alive: &setup.keep_alive };
         let written = response::write(&mut io, &mut buffer, response, reply).await;
         drop(open);
-        if let Err(error) = written {
-            tracing::debug!(%error, "a response was not written whole; closing the connection");
-            return;
-        }
-        if close || setup.closing.is_cancelled() {
+        let then = match written {
+            Ok(then) => then,
+            Err(error) => {
+                tracing::debug!(%error, "a response was not written whole; closing");
+                return;
+            }
+        };
+        if then == Then::Close || setup.closing.is_cancelled() {
             let _ = io.shutdown().await;
             return;
         }

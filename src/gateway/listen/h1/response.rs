@@ -10,7 +10,7 @@ use std::pin::Pin;
 use std::task::Poll;
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::header::{CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
+use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use http_body::{Body, Frame};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -33,6 +33,15 @@ pub struct Reply<'a> {
     pub close: bool,
     /// `Keep-Alive: timeout=N` for a connection that stays open.
     pub keep_alive: &'a HeaderValue,
+}
+
+/// What the connection does after a response written whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Then {
+    /// Reads the next request.
+    GoOn,
+    /// Closes: the request or the response asked it.
+    Close,
 }
 
 /// Why a response was not written whole.
@@ -63,20 +72,23 @@ pub async fn write<S>(
     buffer: &mut BytesMut,
     response: Response<ProxyBody>,
     reply: Reply<'_>,
-) -> Result<(), WriteError>
+) -> Result<Then, WriteError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let (mut parts, mut body) = response.into_parts();
-    let framing = framing(&mut parts.headers, parts.status, &body, reply.head_request);
+    let (parts, mut body) = response.into_parts();
+    let scanned = scan(&parts.headers);
+    let framing = framing(&scanned, parts.status, &body, reply.head_request);
+    let close = reply.close || scanned.closes;
+    let then = if close { Then::Close } else { Then::GoOn };
     let mut out = Outgoing::default();
-    out.push(encode_head(parts.status, &parts.headers, reply));
+    out.push(encode_head(parts.status, &parts.headers, &scanned, framing, close, reply));
     let mut left = match framing {
         Framing::Length(length) => length,
         Framing::None | Framing::Chunked => 0,
     };
     if framing == Framing::None {
-        return flush(io, &mut out).await;
+        return flush(io, &mut out).await.map(|()| then);
     }
     loop {
         let frame = match ready_frame(&mut body).await {
@@ -129,7 +141,7 @@ where
         }
         _ => {}
     }
-    flush(io, &mut out).await
+    flush(io, &mut out).await.map(|()| then)
 }
 
 /// The next frame if the body has one ready, without waiting (the task is woken when it
@@ -142,16 +154,43 @@ async fn ready_frame(body: &mut ProxyBody) -> Option<Option<Result<Frame<Bytes>,
     .await
 }
 
-/// Decides the body's framing and sets the headers that announce it: the response's own
-/// valid `Content-Length`, else the body's known size, else chunks. Responses that carry
-/// no body (1xx, 204, 304, an answer to `HEAD`) keep their headers as they are.
-fn framing(
-    headers: &mut HeaderMap,
-    status: StatusCode,
-    body: &ProxyBody,
-    head_request: bool,
-) -> Framing {
-    headers.remove(TRANSFER_ENCODING);
+/// What one scan of the response's headers found.
+struct Scanned {
+    /// The response's own single, valid `Content-Length`.
+    declared: Option<u64>,
+    /// `Content-Length` headers present but not one valid value: replaced.
+    bad_length: bool,
+    has_date: bool,
+    /// The response says `Connection: close`.
+    closes: bool,
+}
+
+fn scan(headers: &HeaderMap) -> Scanned {
+    let mut scanned = Scanned { declared: None, bad_length: false, has_date: false, closes: false };
+    let mut lengths = 0;
+    for (name, value) in headers {
+        if name == CONTENT_LENGTH {
+            lengths += 1;
+            scanned.declared = value.to_str().ok().and_then(|v| v.trim().parse::<u64>().ok());
+        } else if name == DATE {
+            scanned.has_date = true;
+        } else if name == CONNECTION {
+            scanned.closes |= value.to_str().is_ok_and(|value| {
+                value.split(',').any(|token| token.trim().eq_ignore_ascii_case("close"))
+            });
+        }
+    }
+    if lengths > 1 || (lengths == 1 && scanned.declared.is_none()) {
+        scanned.bad_length = true;
+        scanned.declared = None;
+    }
+    scanned
+}
+
+/// The body's framing: none for responses that carry no body (1xx, 204, 304, an answer to
+/// `HEAD`: their headers are sent as they are), else the response's own valid
+/// `Content-Length`, else the body's known size, else chunks.
+fn framing(scanned: &Scanned, status: StatusCode, body: &ProxyBody, head_request: bool) -> Framing {
     if head_request
         || status.is_informational()
         || status == StatusCode::NO_CONTENT
@@ -159,46 +198,53 @@ fn framing(
     {
         return Framing::None;
     }
-    let mut lengths = headers.get_all(CONTENT_LENGTH).iter();
-    let declared = match (lengths.next(), lengths.next()) {
-        (Some(value), None) => value.to_str().ok().and_then(|v| v.trim().parse::<u64>().ok()),
-        _ => None,
-    };
-    if let Some(length) = declared {
+    if let Some(length) = scanned.declared {
         return Framing::Length(length);
     }
-    headers.remove(CONTENT_LENGTH);
-    match body.size_hint().exact() {
-        Some(length) => {
-            headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
-            Framing::Length(length)
-        }
-        None => {
-            headers.insert(TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
-            Framing::Chunked
-        }
-    }
+    body.size_hint().exact().map_or(Framing::Chunked, Framing::Length)
 }
 
-/// The status line and headers, with the connection's own headers added.
-fn encode_head(status: StatusCode, headers: &HeaderMap, reply: Reply<'_>) -> Bytes {
+/// The status line and headers: the connection's own headers (`Connection`, `Keep-Alive`,
+/// `Transfer-Encoding`) are this connection's, not the response's; the framing and a
+/// `Date` are added where missing.
+fn encode_head(
+    status: StatusCode,
+    headers: &HeaderMap,
+    scanned: &Scanned,
+    framing: Framing,
+    close: bool,
+    reply: Reply<'_>,
+) -> Bytes {
     let size: usize =
         headers.iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum();
-    let mut head = Vec::with_capacity(size + 128);
+    let mut head = Vec::with_capacity(size + 160);
     head.extend_from_slice(b"HTTP/1.1 ");
     head.extend_from_slice(status.as_str().as_bytes());
     head.push(b' ');
     head.extend_from_slice(status.canonical_reason().unwrap_or("Unknown").as_bytes());
     head.extend_from_slice(b"\r\n");
     for (name, value) in headers {
-        put_header(&mut head, name.as_str().as_bytes(), value.as_bytes());
+        let own = name == CONNECTION
+            || name == TRANSFER_ENCODING
+            || name.as_str() == "keep-alive"
+            || (name == CONTENT_LENGTH && scanned.bad_length);
+        if !own {
+            put_header(&mut head, name.as_str().as_bytes(), value.as_bytes());
+        }
     }
-    if reply.close {
+    match framing {
+        Framing::Length(length) if scanned.declared.is_none() => {
+            put_header(&mut head, b"content-length", itoa::Buffer::new().format(length).as_bytes())
+        }
+        Framing::Chunked => put_header(&mut head, b"transfer-encoding", b"chunked"),
+        _ => {}
+    }
+    if close {
         put_header(&mut head, b"connection", b"close");
     } else {
         put_header(&mut head, b"keep-alive", reply.keep_alive.as_bytes());
     }
-    if !headers.contains_key(DATE) {
+    if !scanned.has_date {
         super::date::with_now(|date| put_header(&mut head, b"date", date));
     }
     head.extend_from_slice(b"\r\n");

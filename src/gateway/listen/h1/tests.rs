@@ -350,3 +350,27 @@ async fn a_close_asked_while_idle_ends_the_connection_and_one_asked_while_servin
     );
     h.server.await.unwrap();
 }
+
+#[tokio::test]
+async fn the_connections_own_headers_are_this_connections_and_a_close_in_the_response_is_kept() {
+    let answer: Answer = Arc::new(|_| {
+        Box::pin(async {
+            let mut response = dated(Response::new(full("abc")));
+            let headers = response.headers_mut();
+            headers.insert("transfer-encoding", HeaderValue::from_static("gzip, chunked"));
+            headers.insert("keep-alive", HeaderValue::from_static("timeout=1"));
+            headers.insert("content-length", HeaderValue::from_static("three"));
+            headers.insert("connection", HeaderValue::from_static("close"));
+            response
+        })
+    });
+    let mut h = start(LIMITS, answer);
+    h.client.write_all(b"GET / HTTP/1.1\r\n\r\nGET /never HTTP/1.1\r\n\r\n").await.unwrap();
+    let got = read_to_close(&mut h.client).await;
+    let expected =
+        "HTTP/1.1 200 OK\r\ndate: D\r\ncontent-length: 3\r\nconnection: close\r\n\r\nabc";
+    assert_eq!(got, expected);
+    h.server.await.unwrap();
+    assert_eq!(h.seen.try_recv().unwrap().target, "/");
+    assert!(h.seen.try_recv().is_err(), "the connection closed before the second request");
+}
