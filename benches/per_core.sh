@@ -12,7 +12,7 @@
 # default). Rounds interleave the targets (A B C ... A B C ...). Reported per target: req/s,
 # wrk's latency p50/p99, and the proxy's CPU (user + system) per request; then laneway's
 # ratios to the HAProxy mode it is measured against (spread ~ keep-alive, force_close ~
-# httpclose). PER_CORE_WORKLOAD=sse sends streamed completions instead, which the stub
+# httpclose), with the CPU split into user and system (kernel) time. PER_CORE_WORKLOAD=sse sends streamed completions instead, which the stub
 # answers with $PER_CORE_SSE_EVENTS (default 64) token events, a usage event and [DONE]
 # in one body: the cost per relayed and observed event. With BASELINE_BINARY, that build runs too (targets `baseline-spread`,
 # `baseline-force-close`), for a before/after comparison in the same run. Output: a markdown report on stdout; raw wrk output in $PER_CORE_OUT
@@ -96,18 +96,21 @@ for name in "${NAMES[@]}"; do
     done
 done
 
-# user + system clock ticks of a process
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# user and system clock ticks of a process
+ticks() { awk '{print $14, $15}' "/proc/$1/stat"; }
 
 for ((round = 1; round <= ROUNDS; round++)); do
     for name in "${NAMES[@]}"; do
         pid="${PROXY_PIDS[$name]:-}"
-        before=0; [[ -n "$pid" ]] && before="$(ticks "$pid")"
+        before="0 0"; [[ -n "$pid" ]] && before="$(ticks "$pid")"
         taskset -c 0 wrk -t1 -c"$CONNECTIONS" -d"${SECONDS_PER_TARGET}s" --latency \
             -s "$ROOT/benches/per_core/$SCRIPT" "${URLS[$name]}$PATH_SENT" \
             >"$OUT/$name-r$round.txt"
-        after=0; [[ -n "$pid" ]] && after="$(ticks "$pid")"
-        echo "$name $round $((after - before))" >>"$OUT/cpu-ticks.txt.$$"
+        after="0 0"; [[ -n "$pid" ]] && after="$(ticks "$pid")"
+        read -r user_before system_before <<<"$before"
+        read -r user_after system_after <<<"$after"
+        echo "$name $round $((user_after - user_before)) $((system_after - system_before))" \
+            >>"$OUT/cpu-ticks.txt.$$"
     done
 done
 mv "$OUT/cpu-ticks.txt.$$" "$OUT/cpu-ticks.txt"

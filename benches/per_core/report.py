@@ -56,15 +56,17 @@ def main():
     for line in (out / "cpu-ticks.txt").read_text().split("\n"):
         if not line.strip():
             continue
-        name, round_no, count = line.split()
-        ticks[(name, int(round_no))] = int(count)
+        name, round_no, user, system = line.split()
+        ticks[(name, int(round_no))] = (int(user), int(system))
         if name not in order:
             order.append(name)
     runs = defaultdict(list)
     for name in order:
         for round_no in range(1, int(rounds) + 1):
             figures = parse_wrk(out / f"{name}-r{round_no}.txt")
-            figures["cpu_us"] = ticks[(name, round_no)] * 1e6 / hz
+            user, system = ticks[(name, round_no)]
+            figures["cpu_us"] = (user + system) * 1e6 / hz
+            figures["user_us"] = user * 1e6 / hz
             runs[name].append(figures)
 
     workload = (f"streamed completions of {events} token events" if events
@@ -72,8 +74,8 @@ def main():
     print(f"wrk -t1 -c{connections} -d{seconds}s, {workload}, {rounds} interleaved rounds; "
           "proxies on core 1, stub and wrk on core 0.\n")
     print("| target | req/s (mean) | req/s per round | p50 (us) | p99 (us) | "
-          "CPU us per request | errors |")
-    print("|---|---:|---|---:|---:|---:|---|")
+          "CPU us per request | of it user | errors |")
+    print("|---|---:|---|---:|---:|---:|---:|---|")
     means = {}
     cpu_per_request = {}
     for name in order:
@@ -83,6 +85,8 @@ def main():
         requests = sum(r["requests"] for r in rows)
         cpu = sum(r["cpu_us"] for r in rows)
         cpu_cell = "-" if name == "direct" else f"{cpu / max(requests, 1):.1f}"
+        user = sum(r["user_us"] for r in rows)
+        user_cell = "-" if name == "direct" else f"{user / max(requests, 1):.1f}"
         if name != "direct":
             cpu_per_request[name] = cpu / max(requests, 1)
         p50 = max(r["p50"] or 0 for r in rows)
@@ -91,7 +95,7 @@ def main():
         socket = "; ".join(r["socket_errors"] for r in rows if r["socket_errors"])
         per_round = " ".join(f"{r['rate']:.0f}" for r in rows)
         print(f"| {name} | {mean:,.0f} | {per_round} | {p50:.0f} | {p99:.0f} | {cpu_cell} | "
-              f"{errors} non-2xx{(' ' + socket) if socket else ''} |")
+              f"{user_cell} | {errors} non-2xx{(' ' + socket) if socket else ''} |")
     if events:
         print(f"\nCPU per token event (the request's own cost included, {events} events):\n")
         print("| proxy | CPU us per event |")
