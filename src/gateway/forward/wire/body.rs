@@ -2,12 +2,13 @@
 //! (no copy), decoded from a length, from chunks, or up to the connection's close.
 
 use std::io;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use bytes::{Buf, Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
-use tokio::io::AsyncRead;
+use tokio::io::{AsyncRead, ReadBuf};
 
 use super::{READ_CHUNK, WireError};
 
@@ -104,8 +105,10 @@ impl<S> WireBody<S> {
     }
 }
 
-/// Reads what `io` has into `buffer`, growing it when it is nearly full; `Ok(0)` at the
-/// connection's end.
+/// Reads what `io` has into `buffer`; `Ok(0)` at the connection's end. Into the buffer's
+/// own spare room when it has a useful amount; otherwise through a chunk on the stack that
+/// is copied in, so that a buffer holds memory only while it holds bytes: a stream waiting
+/// for its next event keeps no read buffer (the event is copied once, a few hundred bytes).
 pub fn fill<S>(
     io: Pin<&mut S>,
     buffer: &mut BytesMut,
@@ -114,10 +117,14 @@ pub fn fill<S>(
 where
     S: AsyncRead,
 {
-    if buffer.capacity() - buffer.len() < READ_CHUNK / 4 {
-        buffer.reserve(READ_CHUNK);
+    if buffer.capacity() - buffer.len() >= READ_CHUNK / 4 {
+        return tokio_util::io::poll_read_buf(io, cx, buffer);
     }
-    tokio_util::io::poll_read_buf(io, cx, buffer)
+    let mut chunk = [MaybeUninit::<u8>::uninit(); READ_CHUNK];
+    let mut read = ReadBuf::uninit(&mut chunk);
+    ready!(io.poll_read(cx, &mut read))?;
+    buffer.extend_from_slice(read.filled());
+    Poll::Ready(Ok(read.filled().len()))
 }
 
 impl<S: AsyncRead + Unpin> WireBody<S> {
@@ -213,6 +220,10 @@ impl<S: AsyncRead + Unpin> Body for WireBody<S> {
                 Ok(Step::Frame(data)) => {
                     if this.state == State::Done {
                         this.ended_cleanly();
+                    }
+                    if this.buffer.is_empty() {
+                        // The frame keeps the bytes it was cut from; the body keeps none.
+                        this.buffer = BytesMut::new();
                     }
                     return Poll::Ready(Some(Ok(Frame::data(data))));
                 }

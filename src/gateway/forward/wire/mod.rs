@@ -17,7 +17,7 @@ use bytes::BytesMut;
 use http::{Method, Request, Response};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-pub use body::{Keep, WireBody};
+pub use body::{Keep, WireBody, fill};
 pub use head::head_length;
 pub use socket::Socket;
 

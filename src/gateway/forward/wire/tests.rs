@@ -285,3 +285,29 @@ async fn a_connection_the_replica_will_close_is_not_kept() {
         replica.abort();
     }
 }
+
+#[tokio::test]
+async fn an_empty_buffer_holds_no_memory_while_it_waits_and_keeps_every_byte_read() {
+    let (mut replica, mut client) = tokio::io::duplex(1 << 16);
+    let mut buffer = bytes::BytesMut::new();
+    let waker = futures_util::task::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    let waiting = fill(std::pin::Pin::new(&mut client), &mut buffer, &mut cx);
+    assert!(waiting.is_pending());
+    assert_eq!(buffer.capacity(), 0, "nothing read, nothing held");
+    replica.write_all(b"data: a\n\n").await.unwrap();
+    let read = std::future::poll_fn(|cx| fill(std::pin::Pin::new(&mut client), &mut buffer, cx));
+    assert_eq!(read.await.unwrap(), 9);
+    assert_eq!(&buffer[..], b"data: a\n\n");
+    // With room to spare, bytes go straight into the buffer's own room.
+    buffer.reserve(READ_CHUNK);
+    let room = buffer.capacity();
+    replica.write_all(b"data: b\n\n").await.unwrap();
+    let read = std::future::poll_fn(|cx| fill(std::pin::Pin::new(&mut client), &mut buffer, cx));
+    assert_eq!(read.await.unwrap(), 9);
+    assert_eq!(&buffer[..], b"data: a\n\ndata: b\n\n");
+    assert_eq!(buffer.capacity(), room);
+    drop(replica);
+    let read = std::future::poll_fn(|cx| fill(std::pin::Pin::new(&mut client), &mut buffer, cx));
+    assert_eq!(read.await.unwrap(), 0, "the end of the connection");
+}

@@ -1,7 +1,7 @@
 //! laneway's own HTTP/1.1 server, for the listeners' client connections: one read buffer
-//! per connection that heads and bodies are cut from (no copy), no write buffer (the
-//! response head and the body's frames go out in vectored writes), and the request served
-//! in the connection's own task. hyper's server connection keeps two 8 KiB buffers and a
+//! per connection that heads and bodies are cut from (no copy) and that holds memory only
+//! while it holds bytes, no write buffer (the response head and the body's frames go out
+//! in vectored writes), and the request served in the connection's own task. hyper's server connection keeps two 8 KiB buffers and a
 //! dispatcher per connection; on the proxy path that was a third of the instructions per
 //! request and most of the memory of an idle stream.
 //!
@@ -31,9 +31,6 @@ use super::client_body::ClientBody;
 use super::connection::Activity;
 use super::rewind::Rewind;
 use crate::gateway::body::ProxyBody;
-
-/// Bytes read from the client at a time (the buffer grows by this much when full).
-const READ_CHUNK: usize = 4096;
 
 /// Bytes a client may send ahead (a pipelined request) while its request is served; past
 /// this the connection is not read until the answer is written.
@@ -65,7 +62,8 @@ pub async fn serve<S, Service, Served, HandOver, HandedOver>(
     HandOver: FnOnce(Rewind<S>) -> HandedOver,
     HandedOver: Future<Output = ()>,
 {
-    let mut buffer = BytesMut::with_capacity(READ_CHUNK);
+    // Holds memory only while it holds bytes (see `request::read_more`).
+    let mut buffer = BytesMut::new();
     loop {
         let read = tokio::select! {
             biased;
@@ -81,6 +79,11 @@ pub async fn serve<S, Service, Served, HandOver, HandedOver>(
         let (head_request, asked_close) = (head.request.method() == Method::HEAD, head.close);
         let (request, body_whole) =
             request::read_body(&mut io, &mut buffer, head, &setup.limits).await;
+        if buffer.is_empty() {
+            // The request's head and body keep the bytes they were cut from, for as long
+            // as they live; the connection keeps none while it serves a stream.
+            buffer = BytesMut::new();
+        }
         let mut served = service(request);
         let response = tokio::select! {
             response = &mut served => response,

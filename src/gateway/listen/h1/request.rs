@@ -16,8 +16,7 @@ use http::header::{CONNECTION, CONTENT_LENGTH, EXPECT, TRANSFER_ENCODING, UPGRAD
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri, Version};
 use tokio::io::AsyncRead;
 
-use super::READ_CHUNK;
-use crate::gateway::forward::wire::head_length;
+use crate::gateway::forward::wire::{fill, head_length};
 use crate::gateway::listen::body_deadline::BodyTimedOut;
 use crate::gateway::listen::client_body::ClientBody;
 
@@ -132,15 +131,13 @@ where
     (request.map(|()| ClientBody::whole(body)), true)
 }
 
-/// Reads what the client sent next into `buffer`, growing it when nearly full.
+/// Reads what the client sent next into `buffer` (see [`fill`]: an empty buffer holds no
+/// memory while it waits).
 pub async fn read_more<S>(io: &mut S, buffer: &mut BytesMut) -> io::Result<usize>
 where
     S: AsyncRead + Unpin,
 {
-    if buffer.capacity() - buffer.len() < READ_CHUNK / 4 {
-        buffer.reserve(READ_CHUNK);
-    }
-    std::future::poll_fn(|cx| tokio_util::io::poll_read_buf(Pin::new(&mut *io), cx, buffer)).await
+    std::future::poll_fn(|cx| fill(Pin::new(&mut *io), buffer, cx)).await
 }
 
 /// Parses a whole head; `None` for anything this reader leaves to hyper.
@@ -161,7 +158,9 @@ fn parse(bytes: &Bytes, limits: &Limits) -> Option<Head> {
     if method == Method::CONNECT || !target.starts_with('/') {
         return None;
     }
-    let uri = Uri::from_maybe_shared(bytes.slice_ref(target.as_bytes())).ok()?;
+    // A copy: the target outlives the request (its context keeps it for the stream's
+    // observer), and a view would keep the whole read buffer alive with it.
+    let uri = Uri::from_maybe_shared(Bytes::copy_from_slice(target.as_bytes())).ok()?;
     let mut map = HeaderMap::with_capacity(parsed.headers.len());
     let (mut body_length, mut close) = (None, false);
     for header in parsed.headers.iter() {

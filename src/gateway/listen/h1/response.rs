@@ -83,6 +83,8 @@ where
     let then = if close { Then::Close } else { Then::GoOn };
     let mut out = Outgoing::default();
     out.push(encode_head(parts.status, &parts.headers, &scanned, framing, close, reply));
+    // Header values may be views into the replica's read buffer: let it go.
+    drop(parts);
     let mut left = match framing {
         Framing::Length(length) => length,
         Framing::None | Framing::Chunked => 0,
