@@ -72,7 +72,11 @@ pub async fn serve<S, Service, Served, HandOver, HandedOver>(
         };
         let head = match read {
             ReadHead::Request(head) => head,
-            ReadHead::HandOver(replay) => return hand_over(Rewind::new(replay, io)).await,
+            ReadHead::HandOver(replay) => {
+                // Boxed: the rare path's state (hyper's connection) would otherwise make
+                // every connection's future twice the size.
+                return Box::pin(hand_over(Rewind::new(replay, io))).await;
+            }
             ReadHead::Closed => return,
         };
         let open = setup.activity.begin();
