@@ -12,8 +12,11 @@ import sys
 
 # (step, regular expression on the function's name)
 STEPS = [
-    ("client connection (hyper server: read, parse, write)",
-     r"hyper_util::server::conn::auto::Connection<.*> as core::future::future::Future>::poll$"),
+    ("client connection (its task: read, parse, handle, write)",
+     r"hyper_util::server::conn::auto::Connection<.*> as core::future::future::Future>::poll$"
+     r"|laneway::gateway::listen::serve::\{\{closure\}\}::\{\{closure\}\}$"),
+    ("  request head parse (own HTTP/1.1 server)", r"listen::h1::request::parse$"),
+    ("  response head encode (own HTTP/1.1 server)", r"listen::h1::response::encode_head$"),
     ("  request handler (classify -> forward -> respond)",
      r"<tracing::instrument::Instrumented<T> as core::future::future::Future>::poll$"),
     ("    request id", r"request_id::accept_or_create$"),
@@ -22,14 +25,14 @@ STEPS = [
     ("    forward (pick, rewrite, send, wait for the head)",
      r"laneway::gateway::listen::dispatch::pick_and_forward::\{\{closure\}\}$"),
     ("      upstream request rewrite", r"forward::request::to_upstream$"),
+    ("      upstream exchange (own client: write, read, parse the head)",
+     r"forward::wire::exchange::\{\{closure\}\}$"),
     ("      hop-by-hop header strip (both ways)", r"forward::request::strip_hop_by_hop$"),
     ("      respond (response head, observer set-up)", r"listen::respond::respond$"),
     ("  response body relay and observation",
      r"observe::body::ObservedBody<B> as http_body::Body>::poll_frame$"),
     ("    recorder finish (metrics, usage, canary hand-off)",
      r"observe::recorder::Recorder::finish$"),
-    ("upstream connection (hyper client: write, read, parse)",
-     r"forward::force_close::handshake::\{\{closure\}\}::\{\{closure\}\}$"),
     ("canary recorder task", r"laneway::canary::RecorderState::run"),
     ("Prometheus label lookups (with_label_values)",
      r"prometheus::vec::MetricVec<T>::with_label_values$"),
