@@ -3,7 +3,7 @@
 //! other paths go to a picked replica untouched.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::request::Parts;
@@ -32,7 +32,7 @@ use crate::gateway::pick::{InFlightGuard, Replica, RequestShape, serving};
 use crate::gateway::state::GatewayState;
 use crate::openai::request::Endpoint;
 
-/// Serves one request under its request id (accepted or created, sent upstream, returned
+/// Serves one request, received (its head complete) at `received_at`, under its request id (accepted or created, sent upstream, returned
 /// on the response, in its access line and in every line logged about it).
 ///
 /// The request's span is a debug one: a span at the level lines are logged at costs every
@@ -42,12 +42,14 @@ pub async fn dispatch(
     state: Arc<GatewayState>,
     role: ListenerRole,
     mut request: Request<ClientBody>,
+    received_at: Instant,
 ) -> Response<ProxyBody> {
     let id = request_id::accept_or_create(request.headers_mut());
     let span = tracing::debug_span!("request", request_id = request_id::as_text(&id));
     let headed_for = (Entry::Short, state.connector(Entry::Short).strategy());
     let (method, uri) = (request.method().clone(), request.uri().clone());
     let mut ctx = RequestCtx::new(id.clone(), method, uri, headed_for, state.config.access_log);
+    ctx.received_at = received_at;
     let mut response = serve_request(state, role, request, &mut ctx).instrument(span).await;
     response.headers_mut().insert(headers::REQUEST_ID, id);
     response

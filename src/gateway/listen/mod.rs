@@ -16,7 +16,7 @@ mod rewind;
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::header::HeaderValue;
 use http::{Request, Response, Version};
@@ -154,9 +154,9 @@ async fn serve_connection<S>(
         closing: &closing,
     };
     let own_live = live.clone();
-    let own_service = move |request: Request<ClientBody>| {
+    let own_service = move |request: Request<ClientBody>, received_at| {
         // Boxed: the request's whole state machine is large; a box moves as one pointer.
-        Box::pin(dispatch::dispatch(own_live.load_full(), role, request))
+        Box::pin(dispatch::dispatch(own_live.load_full(), role, request, received_at))
     };
     let hand_over = |rewound| {
         let service = hyper_service(live, role, activity.clone(), keep_alive_hint);
@@ -192,7 +192,8 @@ fn hyper_service(
         let state = live.load_full();
         let hint = keep_alive_hint.clone();
         // Boxed: hyper moves the service's future by value (a profile showed the copies).
-        let serve = Box::pin(dispatch::dispatch(state, role, request.map(ClientBody::Hyper)));
+        let request = request.map(ClientBody::Hyper);
+        let serve = Box::pin(dispatch::dispatch(state, role, request, Instant::now()));
         async move {
             let mut response = serve.await;
             if http1 {

@@ -17,6 +17,7 @@ mod response;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::BytesMut;
 use http::{HeaderValue, Method, Request, Response};
@@ -49,7 +50,8 @@ pub struct Setup<'a> {
 
 /// Serves `io` until the client closes, a response says the connection ends, `closing` is
 /// asked between requests, or the connection goes to hyper (`hand_over`, which serves it
-/// from then on).
+/// from then on). `service` gets each request, its body read, with the time its head
+/// completed (the request's received time, as for a request hyper reads).
 pub async fn serve<S, Service, Served, HandOver, HandedOver>(
     mut io: S,
     setup: Setup<'_>,
@@ -57,7 +59,7 @@ pub async fn serve<S, Service, Served, HandOver, HandedOver>(
     hand_over: HandOver,
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
-    Service: FnMut(Request<ClientBody>) -> Served,
+    Service: FnMut(Request<ClientBody>, Instant) -> Served,
     Served: Future<Output = Response<ProxyBody>> + Unpin,
     HandOver: FnOnce(Rewind<S>) -> HandedOver,
     HandedOver: Future<Output = ()>,
@@ -79,7 +81,7 @@ pub async fn serve<S, Service, Served, HandOver, HandedOver>(
             }
             ReadHead::Closed => return,
         };
-        let open = setup.activity.begin();
+        let (open, received_at) = (setup.activity.begin(), Instant::now());
         let (head_request, asked_close) = (head.request.method() == Method::HEAD, head.close);
         let (request, body_whole) =
             request::read_body(&mut io, &mut buffer, head, &setup.limits).await;
@@ -88,7 +90,7 @@ pub async fn serve<S, Service, Served, HandOver, HandedOver>(
             // as they live; the connection keeps none while it serves a stream.
             buffer = BytesMut::new();
         }
-        let mut served = service(request);
+        let mut served = service(request, received_at);
         let response = tokio::select! {
             response = &mut served => response,
             () = client_left(&mut io, &mut buffer) => return,

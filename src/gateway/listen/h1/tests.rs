@@ -65,7 +65,7 @@ fn start(limits: Limits, answer: Answer) -> Harness {
                 activity: &activity,
                 closing: &closing,
             };
-            let service = move |request: Request<ClientBody>| {
+            let service = move |request: Request<ClientBody>, _received_at| {
                 let (report, answer) = (report.clone(), answer.clone());
                 Box::pin(async move {
                     let (parts, body) = request.into_parts();
