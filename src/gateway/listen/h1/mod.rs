@@ -113,6 +113,17 @@ pub async fn serve<S, Service, Served, HandOver, HandedOver>(
     }
 }
 
+/// A `Content-Length` value: digits only (RFC 9110 §8.6), around optional whitespace. Rust's
+/// integer parser also takes a leading `+`, which another server on the path might read
+/// differently.
+fn content_length(value: &[u8]) -> Option<u64> {
+    let digits = value.trim_ascii();
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
 /// Resolves when the client closes the connection (or it fails); what the client sends
 /// meanwhile is kept in `buffer`, up to [`MAX_READ_AHEAD`]. Cancel-safe.
 async fn client_left<S: AsyncRead + Unpin>(io: &mut S, buffer: &mut BytesMut) {

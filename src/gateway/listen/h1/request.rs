@@ -173,7 +173,7 @@ fn parse(bytes: &Bytes, limits: &Limits) -> Option<Head> {
             if body_length.is_some() {
                 return None;
             }
-            let length = std::str::from_utf8(header.value).ok()?.trim().parse::<u64>().ok()?;
+            let length = super::content_length(header.value)?;
             body_length = Some(usize::try_from(length).ok().filter(|&l| l <= limits.body_bytes)?);
         }
         if name == CONNECTION {

@@ -173,7 +173,7 @@ fn scan(headers: &HeaderMap) -> Scanned {
     for (name, value) in headers {
         if name == CONTENT_LENGTH {
             lengths += 1;
-            scanned.declared = value.to_str().ok().and_then(|v| v.trim().parse::<u64>().ok());
+            scanned.declared = super::content_length(value.as_bytes());
         } else if name == DATE {
             scanned.has_date = true;
         } else if name == CONNECTION {

@@ -239,13 +239,14 @@ async fn a_response_without_a_date_gets_one() {
 
 #[tokio::test]
 async fn what_the_own_server_does_not_take_on_goes_to_hyper_with_every_byte() {
-    let cases: [&[u8]; 8] = [
+    let cases: [&[u8]; 9] = [
         b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00",
         b"GET / HTTP/1.0\r\n\r\n",
         b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
         b"POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n",
         b"POST / HTTP/1.1\r\nContent-Length: 2000000\r\n\r\nab",
         b"POST / HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nab",
+        b"POST / HTTP/1.1\r\nContent-Length: +2\r\n\r\nab",
         b"GET http://elsewhere/ HTTP/1.1\r\n\r\n",
         b"GET / HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
     ];
@@ -359,7 +360,7 @@ async fn the_connections_own_headers_are_this_connections_and_a_close_in_the_res
             let headers = response.headers_mut();
             headers.insert("transfer-encoding", HeaderValue::from_static("gzip, chunked"));
             headers.insert("keep-alive", HeaderValue::from_static("timeout=1"));
-            headers.insert("content-length", HeaderValue::from_static("three"));
+            headers.insert("content-length", HeaderValue::from_static("+3"));
             headers.insert("connection", HeaderValue::from_static("close"));
             response
         })
