@@ -14,6 +14,9 @@ use super::{MAX_HEAD_BYTES, WireError};
 /// Headers a response head may carry.
 const MAX_HEADERS: usize = 100;
 
+/// Headers the gateway may add to a response (see `listen::respond`).
+const ADDED_HEADERS: usize = 10;
+
 /// A final response head.
 #[derive(Debug)]
 pub struct Head {
@@ -85,7 +88,9 @@ fn parse(bytes: &Bytes) -> Result<Head, WireError> {
     let code = response.code.ok_or(WireError::Framing("no status code"))?;
     let status = StatusCode::from_u16(code).map_err(|_| WireError::Framing("bad status code"))?;
     let version = if response.version == Some(0) { Version::HTTP_10 } else { Version::HTTP_11 };
-    let mut map = HeaderMap::with_capacity(response.headers.len());
+    // Room for the headers the gateway adds before it answers (`x-laneway-*`, the request
+    // id, a tenant's rate limits) without growing the map.
+    let mut map = HeaderMap::with_capacity(response.headers.len() + ADDED_HEADERS);
     for header in response.headers.iter() {
         let name = HeaderName::from_bytes(header.name.as_bytes())
             .map_err(|_| WireError::Framing("bad header name"))?;

@@ -161,7 +161,8 @@ fn parse(bytes: &Bytes, limits: &Limits) -> Option<Head> {
     // A copy: the target outlives the request (its context keeps it for the stream's
     // observer), and a view would keep the whole read buffer alive with it.
     let uri = Uri::from_maybe_shared(Bytes::copy_from_slice(target.as_bytes())).ok()?;
-    let mut map = HeaderMap::with_capacity(parsed.headers.len());
+    // Room for the request id, should the gateway add one, without growing the map.
+    let mut map = HeaderMap::with_capacity(parsed.headers.len() + 1);
     let (mut body_length, mut close) = (None, false);
     for header in parsed.headers.iter() {
         let name = HeaderName::from_bytes(header.name.as_bytes()).ok()?;
