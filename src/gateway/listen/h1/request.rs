@@ -23,6 +23,10 @@ use crate::gateway::listen::client_body::ClientBody;
 /// Headers parsed in place; a request with more is handed over.
 const PARSED_HEADERS: usize = 128;
 
+/// The most room made at once for a body still arriving (larger bodies grow the buffer as
+/// they come).
+const BODY_ROOM_STEP: usize = 64 * 1024;
+
 /// The limits a connection's requests are read under, from the config at its opening.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -104,9 +108,14 @@ where
 {
     let Head { request, body_length, .. } = head;
     if buffer.len() < body_length {
-        buffer.reserve(body_length - buffer.len());
         let arrived = tokio::time::timeout(limits.body_deadline, async {
             while buffer.len() < body_length {
+                // Room as the bytes come: a declared length is a promise, not memory to
+                // commit before anything arrived.
+                let room = (body_length - buffer.len()).min(BODY_ROOM_STEP);
+                if buffer.capacity() - buffer.len() < room {
+                    buffer.reserve(room);
+                }
                 if read_more(io, buffer).await? == 0 {
                     return Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,

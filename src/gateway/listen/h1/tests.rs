@@ -375,3 +375,16 @@ async fn the_connections_own_headers_are_this_connections_and_a_close_in_the_res
     assert_eq!(h.seen.try_recv().unwrap().target, "/");
     assert!(h.seen.try_recv().is_err(), "the connection closed before the second request");
 }
+
+#[tokio::test]
+async fn a_body_larger_than_the_room_made_at_once_arrives_whole() {
+    let mut h = start(LIMITS, answer_ok());
+    let body: Vec<u8> = (0..300_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    let head = format!("POST /big HTTP/1.1\r\nContent-Length: {}\r\n\r\n", body.len());
+    h.client.write_all(head.as_bytes()).await.unwrap();
+    for piece in body.chunks(7_000) {
+        h.client.write_all(piece).await.unwrap();
+    }
+    assert_eq!(read_exactly(&mut h.client, OK.len()).await, OK);
+    assert_eq!(h.seen.recv().await.unwrap().body.unwrap(), body);
+}
