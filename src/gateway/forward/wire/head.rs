@@ -23,49 +23,6 @@ pub struct Head {
     pub status: StatusCode,
     pub version: Version,
     pub headers: HeaderMap,
-    /// What its framing headers said, read in the same pass as the headers.
-    delimiting: Delimiting,
-}
-
-/// A response's framing headers, as one pass over its headers found them.
-#[derive(Debug, Default)]
-struct Delimiting {
-    /// `Transfer-Encoding` is present; `Some(true)` when its last coding is `chunked`.
-    transfer_chunked: Option<bool>,
-    /// The `Content-Length`, all of its values agreeing.
-    length: Option<u64>,
-    /// Why the `Content-Length` values cannot be used, if they cannot.
-    bad_length: Option<&'static str>,
-    /// `Connection: close`.
-    closes: bool,
-}
-
-impl Delimiting {
-    /// Takes in one header of the response.
-    fn see(&mut self, name: &HeaderName, value: &[u8]) {
-        let text = std::str::from_utf8(value).unwrap_or("");
-        if name == TRANSFER_ENCODING {
-            let last = text.split(',').map(str::trim).rfind(|coding| !coding.is_empty());
-            let chunked = last.is_some_and(|coding| coding.eq_ignore_ascii_case("chunked"));
-            // Only the last coding of the last header counts.
-            self.transfer_chunked = match (self.transfer_chunked, last) {
-                (Some(before), None) => Some(before),
-                _ => Some(chunked),
-            };
-        } else if name == CONTENT_LENGTH {
-            for item in text.split(',') {
-                match item.trim().parse::<u64>() {
-                    Err(_) => self.bad_length = self.bad_length.or(Some("bad content-length")),
-                    Ok(length) if self.length.is_some_and(|seen| seen != length) => {
-                        self.bad_length = self.bad_length.or(Some("content-lengths disagree"));
-                    }
-                    Ok(length) => self.length = Some(length),
-                }
-            }
-        } else if name == CONNECTION {
-            self.closes |= text.split(',').any(|token| token.trim().eq_ignore_ascii_case("close"));
-        }
-    }
 }
 
 /// Reads from `io` until a final response head is in `buffer`, and takes it out; what
@@ -134,24 +91,27 @@ fn parse(bytes: &Bytes) -> Result<Head, WireError> {
     // Room for the headers the gateway adds before it answers (`x-laneway-*`, the request
     // id, a tenant's rate limits) without growing the map.
     let mut map = HeaderMap::with_capacity(response.headers.len() + ADDED_HEADERS);
-    let mut delimiting = Delimiting::default();
     for header in response.headers.iter() {
         let name = HeaderName::from_bytes(header.name.as_bytes())
             .map_err(|_| WireError::Framing("bad header name"))?;
-        delimiting.see(&name, header.value);
         // httparse let through only what a header value may hold; `HeaderValue` checks
         // the same bytes again (its unchecked constructor is `unsafe`, kept out of here).
         let value = HeaderValue::from_maybe_shared(bytes.slice_ref(header.value))
             .map_err(|_| WireError::Framing("bad header value"))?;
         map.append(name, value);
     }
-    Ok(Head { status, version, headers: map, delimiting })
+    Ok(Head { status, version, headers: map })
 }
 
 /// Whether the connection may carry another request after this response: HTTP/1.1
 /// without `Connection: close`, and a body that ends by its framing, not by a close.
 pub fn goes_on(head: &Head, framing: Framing) -> bool {
-    head.version == Version::HTTP_11 && !head.delimiting.closes && framing != Framing::UntilClose
+    let closes = head.headers.get_all(CONNECTION).iter().any(|value| {
+        value.to_str().is_ok_and(|value| {
+            value.split(',').any(|token| token.trim().eq_ignore_ascii_case("close"))
+        })
+    });
+    head.version == Version::HTTP_11 && !closes && framing != Framing::UntilClose
 }
 
 /// How the body after `head` is delimited (RFC 9112 §6.3).
@@ -162,16 +122,32 @@ pub fn framing(head: &Head, head_request: bool) -> Result<Framing, WireError> {
     {
         return Ok(Framing::Empty);
     }
-    let delimiting = &head.delimiting;
-    match delimiting.transfer_chunked {
-        Some(true) => return Ok(Framing::Chunked),
-        Some(false) => return Ok(Framing::UntilClose),
-        None => {}
+    if head.headers.contains_key(TRANSFER_ENCODING) {
+        let last_coding = head
+            .headers
+            .get_all(TRANSFER_ENCODING)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|value| value.split(','))
+            .map(str::trim)
+            .rfind(|coding| !coding.is_empty());
+        return Ok(match last_coding {
+            Some(coding) if coding.eq_ignore_ascii_case("chunked") => Framing::Chunked,
+            _ => Framing::UntilClose,
+        });
     }
-    if let Some(reason) = delimiting.bad_length {
-        return Err(WireError::Framing(reason));
+    let mut length = None;
+    for value in head.headers.get_all(CONTENT_LENGTH) {
+        for item in value.to_str().unwrap_or("").split(',') {
+            let parsed =
+                item.trim().parse::<u64>().map_err(|_| WireError::Framing("bad content-length"))?;
+            if length.is_some_and(|seen| seen != parsed) {
+                return Err(WireError::Framing("content-lengths disagree"));
+            }
+            length = Some(parsed);
+        }
     }
-    Ok(delimiting.length.map_or(Framing::UntilClose, Framing::Length))
+    Ok(length.map_or(Framing::UntilClose, Framing::Length))
 }
 
 #[cfg(test)]
