@@ -56,9 +56,12 @@ async fn a_killed_replica_fails_no_request_that_had_no_byte_and_rejoins_when_hea
     // (passive ejection may take it out sooner), plus the round in flight.
     assert!(checks_to_detect <= 3.0, "{checks_to_detect} failed checks before removal");
     let text = gateway.metrics_text();
+    // On failure, every series about sim-1 says why it left rotation again.
+    let about_sim_1: Vec<&str> = text.lines().filter(|line| line.contains("\"sim-1\"")).collect();
     assert_eq!(
         crate::support::gateway::sample(&text, "laneway_replica_healthy{replica=\"sim-1\"}"),
-        Some(1.0)
+        Some(1.0),
+        "{about_sim_1:#?}"
     );
     assert!(text.contains("laneway_stream_failures_total") || cut_mid_stream == 0);
     gateway.shutdown().await;
