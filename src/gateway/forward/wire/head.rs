@@ -103,6 +103,17 @@ fn parse(bytes: &Bytes) -> Result<Head, WireError> {
     Ok(Head { status, version, headers: map })
 }
 
+/// A `Content-Length` value (or one item of a comma-separated list of them): digits only
+/// (RFC 9110 §8.6), around optional whitespace. Rust's integer parser also takes a leading
+/// `+`, which another server on the path might read differently.
+pub fn content_length(value: &[u8]) -> Option<u64> {
+    let digits = value.trim_ascii();
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
 /// Whether the connection may carry another request after this response: HTTP/1.1
 /// without `Connection: close`, and a body that ends by its framing, not by a close.
 pub fn goes_on(head: &Head, framing: Framing) -> bool {
@@ -140,7 +151,7 @@ pub fn framing(head: &Head, head_request: bool) -> Result<Framing, WireError> {
     for value in head.headers.get_all(CONTENT_LENGTH) {
         for item in value.to_str().unwrap_or("").split(',') {
             let parsed =
-                item.trim().parse::<u64>().map_err(|_| WireError::Framing("bad content-length"))?;
+                content_length(item.as_bytes()).ok_or(WireError::Framing("bad content-length"))?;
             if length.is_some_and(|seen| seen != parsed) {
                 return Err(WireError::Framing("content-lengths disagree"));
             }

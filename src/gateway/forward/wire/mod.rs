@@ -18,7 +18,7 @@ use http::{Method, Request, Response};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use body::{Keep, WireBody, fill};
-pub use head::head_length;
+pub use head::{content_length, head_length};
 pub use socket::Socket;
 
 use crate::gateway::body::{BoxError, ProxyBody};

@@ -187,11 +187,12 @@ async fn a_close_before_the_head_is_a_close_not_a_malformed_answer() {
 
 #[tokio::test]
 async fn answers_that_are_not_http_are_malformed() {
-    let answers: [&[u8]; 5] = [
+    let answers: [&[u8]; 6] = [
         b"SSH-2.0-OpenSSH_9.6\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nx-bad: a\x01b\r\n\r\n",
         b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n",
         b"HTTP/1.1 200 OK\r\ncontent-length: lots\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\ncontent-length: +1\r\n\r\nx",
         b"HTTP/1.1 101 Switching Protocols\r\nupgrade: h2c\r\n\r\n",
     ];
     for answer in answers {

@@ -1,9 +1,10 @@
 //! laneway's own HTTP/1.1 server, for the listeners' client connections: one read buffer
 //! per connection that heads and bodies are cut from (no copy) and that holds memory only
 //! while it holds bytes, no write buffer (the response head and the body's frames go out
-//! in vectored writes), and the request served in the connection's own task. hyper's server connection keeps two 8 KiB buffers and a
-//! dispatcher per connection; on the proxy path that was a third of the instructions per
-//! request and most of the memory of an idle stream.
+//! in vectored writes), and the request served in the connection's own task. hyper's
+//! server connection keeps two 8 KiB buffers and a dispatcher per connection; on the proxy
+//! path that was a third of the instructions per request and most of the memory of an
+//! idle stream.
 //!
 //! Requests are read one at a time (a pipelined request waits in the buffer for the
 //! answer before it). A client that closes while its request is served drops the request,
@@ -111,17 +112,6 @@ pub async fn serve<S, Service, Served, HandOver, HandedOver>(
             return;
         }
     }
-}
-
-/// A `Content-Length` value: digits only (RFC 9110 §8.6), around optional whitespace. Rust's
-/// integer parser also takes a leading `+`, which another server on the path might read
-/// differently.
-fn content_length(value: &[u8]) -> Option<u64> {
-    let digits = value.trim_ascii();
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
 /// Resolves when the client closes the connection (or it fails); what the client sends

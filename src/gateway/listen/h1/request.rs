@@ -16,7 +16,7 @@ use http::header::{CONNECTION, CONTENT_LENGTH, EXPECT, TRANSFER_ENCODING, UPGRAD
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri, Version};
 use tokio::io::AsyncRead;
 
-use crate::gateway::forward::wire::{fill, head_length};
+use crate::gateway::forward::wire::{content_length, fill, head_length};
 use crate::gateway::listen::body_deadline::BodyTimedOut;
 use crate::gateway::listen::client_body::ClientBody;
 
@@ -183,7 +183,7 @@ fn parse(bytes: &Bytes, limits: &Limits) -> Option<Head> {
             if body_length.is_some() {
                 return None;
             }
-            let length = super::content_length(header.value)?;
+            let length = content_length(header.value)?;
             body_length = Some(usize::try_from(length).ok().filter(|&l| l <= limits.body_bytes)?);
         }
         if name == CONNECTION {

@@ -17,6 +17,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::client_left;
 use crate::gateway::body::{BoxError, ProxyBody};
+use crate::gateway::forward::wire::content_length;
 
 /// Bytes queued before they are written even if more frames are ready.
 const WRITE_BATCH_BYTES: usize = 64 * 1024;
@@ -173,7 +174,7 @@ fn scan(headers: &HeaderMap) -> Scanned {
     for (name, value) in headers {
         if name == CONTENT_LENGTH {
             lengths += 1;
-            scanned.declared = super::content_length(value.as_bytes());
+            scanned.declared = content_length(value.as_bytes());
         } else if name == DATE {
             scanned.has_date = true;
         } else if name == CONNECTION {
