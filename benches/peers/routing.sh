@@ -19,6 +19,8 @@ ROUTING_RATES="${ROUTING_RATES:-4 6}"
 ROUTING_HETERO_RATE="${ROUTING_HETERO_RATE:-4}"
 ROUTING_REQUESTS="${ROUTING_REQUESTS:-180}"
 ROUTING_MIX="1000/300:7+9000/600:3"
+# The long entry's connection strategy in laneway's configuration (the default's).
+ROUTING_LONG_STRATEGY="${ROUTING_LONG_STRATEGY:-force_close}"
 # Every target is sent the same prompts (same seed), one after another on one fleet: with
 # prefix caching on, a target would find the prompts the previous targets left in cache on
 # whichever replica it picks, and the first target of each round none. Off by default so
@@ -69,7 +71,7 @@ start_laneway_fleet() {
         echo "strategy = \"force_close\""
         echo "slo = { ttft_ms = $ttft, tpot_ms = $tpot }"
         echo "[entries.long]"
-        echo "strategy = \"keep_alive\""
+        echo "strategy = \"$ROUTING_LONG_STRATEGY\""
         echo "slo = { ttft_ms = $ttft, tpot_ms = $tpot }"
         for url in "${FLEET[@]}"; do
             echo "[[replicas]]"
@@ -83,19 +85,26 @@ start_laneway_fleet() {
     register_target "$name" "http://127.0.0.1:$port" "http://127.0.0.1:$admin/health" 30 "$WORK/$name.err"
 }
 
+# ROUTING_PEERS: which targets to start, by name (default all of them), for quicker
+# iterations; a committed result runs them all.
+ROUTING_PEERS="${ROUTING_PEERS:-laneway-predicted laneway-least-queue laneway-baseline haproxy-lc-close-nd haproxy-rr-nd sglang vllm}"
+routing_peer() { [[ " $ROUTING_PEERS " == *" $1 "* ]]; }
+
 start_routing_peers() {
     TARGETS=()
-    start_laneway_fleet laneway-predicted predicted_latency
-    start_laneway_fleet laneway-least-queue least_queue
+    routing_peer laneway-predicted && start_laneway_fleet laneway-predicted predicted_latency
+    routing_peer laneway-least-queue && start_laneway_fleet laneway-least-queue least_queue
     # ROUTING_BASELINE=BINARY: that build's predicted_latency too, for a before/after.
     local baseline_policy="${ROUTING_BASELINE_POLICY:-predicted_latency}"
-    [[ -n "${ROUTING_BASELINE:-}" ]] &&
+    [[ -n "${ROUTING_BASELINE:-}" ]] && routing_peer laneway-baseline &&
         start_laneway_fleet "laneway-baseline-${baseline_policy//_/-}" "$baseline_policy" \
             "$ROUTING_BASELINE"
-    start_haproxy_on haproxy-lc-close-nd leastconn close nodelay "${FLEET[@]}"
-    start_haproxy_on haproxy-rr-nd roundrobin keepalive nodelay "${FLEET[@]}"
-    start_router_on sglang power_of_two "${FLEET[@]}"
-    start_router_on vllm power_of_two "${FLEET[@]}"
+    routing_peer haproxy-lc-close-nd &&
+        start_haproxy_on haproxy-lc-close-nd leastconn close nodelay "${FLEET[@]}"
+    routing_peer haproxy-rr-nd &&
+        start_haproxy_on haproxy-rr-nd roundrobin keepalive nodelay "${FLEET[@]}"
+    routing_peer sglang && start_router_on sglang power_of_two "${FLEET[@]}"
+    routing_peer vllm && start_router_on vllm power_of_two "${FLEET[@]}"
     log "targets: ${TARGETS[*]}"
 }
 
