@@ -13,7 +13,7 @@ async fn short_and_long_inputs_land_in_their_entries() {
     for (prompt_tokens, entry, strategy) in [
         (100, "short", "force_close"),
         (2048, "short", "force_close"),
-        (3000, "long", "keep_alive"),
+        (3000, "long", "force_close"),
     ] {
         let response = post_chat(&client, &gateway, &chat_body(prompt_tokens, 3, false)).await;
         assert_eq!(response.status(), 200);

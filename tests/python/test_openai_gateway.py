@@ -56,7 +56,7 @@ def test_long_prompt_takes_the_long_entry(client):
     prompt = "abc " * 3000
     raw = client.completions.with_raw_response.create(model="sim", prompt=prompt, max_tokens=2)
     assert raw.headers["x-laneway-entry"] == "long"
-    assert raw.headers["x-laneway-strategy"] == "keep_alive"
+    assert raw.headers["x-laneway-strategy"] == "force_close"
     assert raw.parse().usage.prompt_tokens == 3000
 
 

@@ -134,7 +134,7 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
         )),
         access_log: raw.access_log.unwrap_or(false),
         short: entry("entries.short", &raw.entries.short, Strategy::ForceClose, &pools, issues),
-        long: entry("entries.long", &raw.entries.long, Strategy::KeepAlive, &pools, issues),
+        long: entry("entries.long", &raw.entries.long, Strategy::ForceClose, &pools, issues),
         debug: entry("entries.debug", &raw.entries.debug, Strategy::KeepAlive, &pools, issues),
         debug_access: debug_access(&raw.entries, issues),
         replicas,
@@ -348,7 +348,8 @@ mod tests {
         assert_eq!(config.scrape_interval, Duration::from_millis(250));
         assert_eq!(config.body_limit_bytes, 16 << 20);
         assert_eq!(config.short.strategy, Strategy::ForceClose);
-        assert_eq!(config.long.strategy, Strategy::KeepAlive);
+        assert_eq!(config.long.strategy, Strategy::ForceClose);
+        assert_eq!(config.debug.strategy, Strategy::KeepAlive);
         assert_eq!(config.policy, PolicyKind::LeastQueue);
     }
 
