@@ -1,11 +1,13 @@
 # Parts `degraded`, `hetero` and `sweep` of benches/peers.sh (sourced by it): balancing on
 # fleets where counting requests is not enough. Every peer in its best configuration:
 # HAProxy leastconn + httpclose + http-no-delay and round-robin keep-alive + no-delay,
-# sglang-router and vllm-router power_of_two, laneway least_queue and predicted_latency.
+# sglang-router and vllm-router power_of_two, laneway least_queue and predicted_latency (and on
+# hetero predicted_latency with the long entry bound to the TP8 replicas, as config/hetero.toml).
 #
 # degraded: four h20-tp8 replicas, one slowed 3x, a 70% 1000/300 + 30% 9000/600 Poisson
 #           open loop at two loads (ROUTING_RATES, req/s wall clock).
-# hetero:   two h20-tp8 and two h20-tp4 replicas, the same mix (ROUTING_HETERO_RATE).
+# hetero:   two h20-tp8 and two h20-tp4 replicas, the same mix at two loads
+#           (ROUTING_HETERO_RATES).
 # sweep:    two h20-tp8 replicas, c128_r256_t64 and c256_r512_t64.
 #
 # The fleet runs at ROUTING_SPEED (2); goodput counts requests with TTFT <= 1 s and
@@ -16,7 +18,7 @@
 
 ROUTING_SPEED="${ROUTING_SPEED:-2}"
 ROUTING_RATES="${ROUTING_RATES:-4 6}"
-ROUTING_HETERO_RATE="${ROUTING_HETERO_RATE:-4}"
+ROUTING_HETERO_RATES="${ROUTING_HETERO_RATES:-3 6}"
 ROUTING_REQUESTS="${ROUTING_REQUESTS:-180}"
 ROUTING_MIX="1000/300:7+9000/600:3"
 # The long entry's connection strategy in laneway's configuration (the default's).
@@ -54,10 +56,10 @@ slow_replica() {
         -d "{\"mode\":\"slow\",\"factor\":$2}" >/dev/null
 }
 
-# start_laneway_fleet NAME POLICY [BINARY]: laneway (the tree's build, or BINARY) in front
-# of FLEET with the bench SLO.
+# start_laneway_fleet NAME POLICY [BINARY [EXTRA]]: laneway (the tree's build, or BINARY) in
+# front of FLEET with the bench SLO; EXTRA is appended to its configuration.
 start_laneway_fleet() {
-    local name="$1" policy="$2" binary="${3:-$LANEWAY}" port admin config index=0 url ttft tpot
+    local name="$1" policy="$2" binary="${3:-$LANEWAY}" extra="${4:-}" port admin config index=0 url ttft tpot
     port="$(free_port)"
     admin="$(free_port)"
     config="$WORK/$name.toml"
@@ -79,6 +81,7 @@ start_laneway_fleet() {
             echo "url = \"$url\""
             index=$((index + 1))
         done
+        echo "$extra"
     } >"$config"
     "${PIN_PROXY[@]}" "$binary" serve --config "$config" >"$WORK/$name.out" 2>"$WORK/$name.err" &
     PIDS+=($!)
@@ -87,7 +90,8 @@ start_laneway_fleet() {
 
 # ROUTING_PEERS: which targets to start, by name (default all of them), for quicker
 # iterations; a committed result runs them all.
-ROUTING_PEERS="${ROUTING_PEERS:-laneway-predicted laneway-least-queue laneway-baseline haproxy-lc-close-nd haproxy-rr-nd sglang vllm}"
+# laneway-predicted-pools (hetero only): predicted_latency with the long entry bound to TP8.
+ROUTING_PEERS="${ROUTING_PEERS:-laneway-predicted laneway-predicted-pools laneway-least-queue laneway-baseline haproxy-lc-close-nd haproxy-rr-nd sglang vllm}"
 routing_peer() { [[ " $ROUTING_PEERS " == *" $1 "* ]]; }
 
 start_routing_peers() {
@@ -132,11 +136,29 @@ part_degraded() {
     cleanup
 }
 
+# laneway's configuration for a mixed fleet (config/hetero.toml): the long entry bound to
+# the TP8 replicas, where a 9000-token prompt prefills 4x faster; the short entry on all.
+HETERO_POOLS='[[pools]]
+name = "tp8"
+replicas = ["r0", "r1"]
+[[entries.long.variants]]
+name = "tp8"
+strategy = "force_close"
+pool = "tp8"
+weight = 1'
+
 part_hetero() {
     start_fleet_of h20-tp8 h20-tp8 h20-tp4 h20-tp4
     start_routing_peers
+    if routing_peer laneway-predicted-pools; then
+        start_laneway_fleet laneway-predicted-pools predicted_latency "$LANEWAY" "$HETERO_POOLS"
+        log "targets: ${TARGETS[*]}"
+    fi
     echo -e "## Heterogeneous: 2 x h20-tp8 + 2 x h20-tp4, mixed open loop (speed x$ROUTING_SPEED)\n" >>"$OUT/results.md"
-    routing_mix "hetero-r$ROUTING_HETERO_RATE" "$ROUTING_HETERO_RATE"
+    local rate
+    for rate in $ROUTING_HETERO_RATES; do
+        routing_mix "hetero-r$rate" "$rate"
+    done
     cleanup
 }
 
