@@ -236,7 +236,7 @@ pub async fn measure(args: &BenchArgs) -> anyhow::Result<BenchOutcome> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(dir) = &args.output.plot {
-        plot::write_charts(dir, &targets, overhead)
+        plot::write_charts(dir, &targets, overhead, &plan.slo)
             .with_context(|| format!("writing charts into {}", dir.display()))?;
     }
     Ok(BenchOutcome { plan, targets, table })

@@ -1,12 +1,16 @@
 //! SVG charts of a run (plotters, SVG backend only, so they open in any browser or
-//! viewer without plugins): latency CDFs of TTFT and E2E per target, and each target's
-//! TTFT p50 with a p95 whisker.
+//! viewer without plugins): latency CDFs of TTFT and E2E per target, each target's TTFT p50
+//! with a p95 whisker, and with `--goodput` each target's goodput share with its rounds'
+//! range.
+
+use std::collections::BTreeMap;
 
 use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 
 use super::report::TargetReport;
+use super::stats::Slo;
 
 /// Charts written by [`write_charts`].
 pub const CHART_SIZE: (u32, u32) = (900, 520);
@@ -29,11 +33,13 @@ const PALETTE: [RGBColor; 10] = [
 ];
 
 /// Writes the charts into `dir` (created if missing); `overhead` selects microsecond
-/// latency CDFs for the overhead mode. Returns the files written.
+/// latency CDFs for the overhead mode; a set `slo` adds the goodput chart. Returns the
+/// files written.
 pub fn write_charts(
     dir: &Path,
     targets: &[TargetReport],
     overhead: bool,
+    slo: &Slo,
 ) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir)?;
     let mut written = Vec::new();
@@ -76,9 +82,50 @@ pub fn write_charts(
     cdf_chart(&path, "End-to-end latency CDF", "E2E latency (s)", &e2e)?;
     written.push(path);
     let path = dir.join("ttft_by_target.svg");
-    ttft_bars(&path, targets)?;
+    let ttft_rows: Vec<Bar> = targets
+        .iter()
+        .map(|t| Bar {
+            name: t.name.clone(),
+            value: t.summary.ttft.p50_ms,
+            whisker: (t.summary.ttft.p50_ms, t.summary.ttft.p95_ms),
+        })
+        .collect();
+    bars(&path, "TTFT per target: p50 bar, p95 whisker", "TTFT (ms)", &ttft_rows)?;
     written.push(path);
+    if slo.is_set() {
+        let path = dir.join("goodput_by_target.svg");
+        let rows: Vec<Bar> = targets.iter().map(|t| goodput_bar(t, slo)).collect();
+        let caption = "Goodput share per target: all rounds, whisker from worst to best round";
+        bars(&path, caption, "share of requests meeting every SLO", &rows)?;
+        written.push(path);
+    }
     Ok(written)
+}
+
+/// One horizontal bar and its whisker.
+struct Bar {
+    name: String,
+    value: f64,
+    whisker: (f64, f64),
+}
+
+/// The share of a target's requests that met `slo`, and the lowest and highest share of a
+/// round.
+fn goodput_bar(target: &TargetReport, slo: &Slo) -> Bar {
+    let mut rounds: BTreeMap<u32, (usize, usize)> = BTreeMap::new();
+    for record in &target.records {
+        let (met, all) = rounds.entry(record.round).or_default();
+        *met += usize::from(slo.is_met_by(record));
+        *all += 1;
+    }
+    let share = |(met, all): (usize, usize)| met as f64 / all.max(1) as f64;
+    let total = rounds.values().fold((0, 0), |(m, a), &(met, all)| (m + met, a + all));
+    let per_round = rounds.values().map(|&round| share(round));
+    let low = per_round.clone().fold(f64::INFINITY, f64::min);
+    let high = per_round.fold(f64::NEG_INFINITY, f64::max);
+    let value = share(total);
+    let whisker = if rounds.is_empty() { (value, value) } else { (low, high) };
+    Bar { name: target.name.clone(), value, whisker }
 }
 
 fn cdf_chart(
@@ -130,26 +177,27 @@ fn cdf_chart(
 }
 
 /// Horizontal bars, one row per target, so that long target names stay readable.
-fn ttft_bars(path: &Path, targets: &[TargetReport]) -> anyhow::Result<()> {
-    let max_x = targets.iter().map(|t| t.summary.ttft.p95_ms).fold(0.0_f64, f64::max);
-    let rows = targets.len().max(1);
-    let height = (120 + 42 * rows as u32).max(CHART_SIZE.1 / 2);
+/// Horizontal bars, one per row in order from the top, each with a whisker.
+fn bars(path: &Path, caption: &str, x_desc: &str, rows: &[Bar]) -> anyhow::Result<()> {
+    let max_x = rows.iter().map(|row| row.whisker.1.max(row.value)).fold(0.0_f64, f64::max);
+    let count = rows.len().max(1);
+    let height = (120 + 42 * count as u32).max(CHART_SIZE.1 / 2);
     let root = SVGBackend::new(path, (CHART_SIZE.0, height)).into_drawing_area();
     root.fill(&WHITE)?;
-    let names: Vec<String> = targets.iter().map(|t| t.name.clone()).collect();
+    let names: Vec<String> = rows.iter().map(|row| row.name.clone()).collect();
     let mut chart = ChartBuilder::on(&root)
-        .caption("TTFT per target: p50 bar, p95 whisker", ("sans-serif", 22))
+        .caption(caption, ("sans-serif", 22))
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(170)
-        .build_cartesian_2d(0.0..(max_x * 1.1).max(1e-3), 0.0..rows as f64)?;
+        .build_cartesian_2d(0.0..(max_x * 1.1).max(1e-3), 0.0..count as f64)?;
     chart
         .configure_mesh()
         .disable_y_mesh()
-        .y_labels(rows * 2 + 1)
+        .y_labels(count * 2 + 1)
         .y_label_formatter(&|y| {
-            // Rows are drawn top-down in the order of the table; labels sit at row centres.
-            let from_top = rows as f64 - y;
+            // Rows are drawn top-down in the order given; labels sit at row centres.
+            let from_top = count as f64 - y;
             let slot = from_top.floor() as usize;
             if (from_top - slot as f64 - 0.5).abs() < 1e-6 {
                 names.get(slot).cloned().unwrap_or_default()
@@ -157,26 +205,28 @@ fn ttft_bars(path: &Path, targets: &[TargetReport]) -> anyhow::Result<()> {
                 String::new()
             }
         })
-        .x_desc("TTFT (ms)")
+        .x_desc(x_desc)
         .draw()?;
-    for (slot, target) in targets.iter().enumerate() {
+    for (slot, row) in rows.iter().enumerate() {
         let colour = PALETTE[slot % PALETTE.len()];
-        let top = (rows - slot) as f64 - 0.2;
-        let bottom = (rows - slot - 1) as f64 + 0.2;
-        let middle = (rows - slot) as f64 - 0.5;
-        let (p50, p95) = (target.summary.ttft.p50_ms, target.summary.ttft.p95_ms);
+        let top = (count - slot) as f64 - 0.2;
+        let bottom = (count - slot - 1) as f64 + 0.2;
+        let middle = (count - slot) as f64 - 0.5;
+        let (low, high) = row.whisker;
         chart.draw_series(std::iter::once(Rectangle::new(
-            [(0.0, bottom), (p50, top)],
+            [(0.0, bottom), (row.value, top)],
             colour.filled(),
         )))?;
         chart.draw_series(std::iter::once(PathElement::new(
-            vec![(p50, middle), (p95, middle)],
+            vec![(low, middle), (high, middle)],
             BLACK.stroke_width(2),
         )))?;
-        chart.draw_series(std::iter::once(PathElement::new(
-            vec![(p95, middle - 0.12), (p95, middle + 0.12)],
-            BLACK.stroke_width(2),
-        )))?;
+        for end in [low, high] {
+            chart.draw_series(std::iter::once(PathElement::new(
+                vec![(end, middle - 0.12), (end, middle + 0.12)],
+                BLACK.stroke_width(2),
+            )))?;
+        }
     }
     root.present()?;
     Ok(())

@@ -174,6 +174,16 @@ async fn streaming_charts_are_written() {
             "{chart}: {svg}"
         );
     }
+    // No objectives, no goodput chart; with them, one bar per target.
+    assert!(!dir.join("goodput_by_target.svg").exists());
+    run.output.goodput = vec!["ttft:60000".into()];
+    measure(&run).await.unwrap();
+    let svg = std::fs::read_to_string(dir.join("goodput_by_target.svg")).unwrap();
+    assert!(
+        svg.contains("Goodput share")
+            && svg.contains("\na\n</text>")
+            && svg.contains("\nb\n</text>")
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
