@@ -138,14 +138,14 @@ part_degraded() {
 
 # laneway's configuration for a mixed fleet (config/hetero.toml): the long entry bound to
 # the TP8 replicas, where a 9000-token prompt prefills 4x faster; the short entry on all.
-HETERO_POOLS='[[pools]]
-name = "tp8"
-replicas = ["r0", "r1"]
+HETERO_POOLS="[[pools]]
+name = \"tp8\"
+replicas = [\"r0\", \"r1\"]
 [[entries.long.variants]]
-name = "tp8"
-strategy = "force_close"
-pool = "tp8"
-weight = 1'
+name = \"tp8\"
+strategy = \"$ROUTING_LONG_STRATEGY\"
+pool = \"tp8\"
+weight = 1"
 
 part_hetero() {
     start_fleet_of h20-tp8 h20-tp8 h20-tp4 h20-tp4
