@@ -70,7 +70,7 @@ async fn least_queue_sees_load_from_other_clients_through_scraped_metrics() {
             .unwrap();
         held.push(response);
     }
-    let gateway = start_gateway(config_for(&sims)).await;
+    let gateway = start_gateway(with_policy(config_for(&sims), PolicyKind::LeastQueue)).await;
     let running = "laneway_replica_reported_running{replica=\"sim-0\"}";
     wait_until("the scraper sees the load", || {
         sample(&gateway.metrics_text(), running).is_some_and(|n| n >= 16.0)

@@ -68,7 +68,7 @@ fn error_path(text: &str, error: &toml::de::Error) -> String {
 }
 
 fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
-    let name = raw.policy.as_deref().unwrap_or("least_queue");
+    let name = raw.policy.as_deref().unwrap_or("predicted_latency");
     let policy = PolicyKind::parse(name).unwrap_or_else(|| {
         issues.add(
             "policy",
@@ -350,7 +350,7 @@ mod tests {
         assert_eq!(config.short.strategy, Strategy::ForceClose);
         assert_eq!(config.long.strategy, Strategy::ForceClose);
         assert_eq!(config.debug.strategy, Strategy::KeepAlive);
-        assert_eq!(config.policy, PolicyKind::LeastQueue);
+        assert_eq!(config.policy, PolicyKind::PredictedLatency);
     }
 
     #[test]
