@@ -10,7 +10,9 @@
 # `cache_aware`; vllm-router `consistent_hash`; HAProxy `roundrobin` and
 # `balance hdr(x-session-id)` (both with http-no-delay, HAProxy at its best).
 # Workloads (seeded, the same bytes for every target), three interleaved rounds each:
-#   shared-prefix groups near saturation  sp_g24_p4000_q400_o64, 48 clients
+#   shared-prefix groups near saturation  sp_g24_p4000_q400_o64, 48 clients, 960 requests
+#     (40 per group: the 24 misses no router avoids, one per group, are 2.5% of the run and
+#     it measures the steady state; at 240 they were 10% and the cold start set TTFT p90)
 #   multi-turn conversations              mt_c16_t6_i300_o64 (x-session-id and `user`)
 #   one hot prefix carrying half          hot_p4000_q400_o64_h50, 48 clients
 # Reported per target: TTFT p50/p90/p95, throughput, goodput and the replicas' reported
@@ -22,11 +24,13 @@
 # `laneway-prefix-` and the binary's file name.
 
 # PREFIX_PEERS picks the other targets among `lq sglang vllm-ca vllm-ch hr hh` (default all);
-# PREFIX_SCALE=N runs N times the requests of each case (longer runs: less of each is cold).
+# PREFIX_SCALE=N runs N times the requests of each case (longer runs: less of each is cold);
+# PREFIX_CLIENTS sets the shared-prefix and hot-prefix cases' concurrency (default 48).
 
 PREFIX_PROFILE="${PREFIX_PROFILE:-h20-tp4-80k}"
 PREFIX_PEERS="${PREFIX_PEERS:-lq sglang vllm-ca vllm-ch hr hh}"
 PREFIX_SCALE="${PREFIX_SCALE:-1}"
+PREFIX_CLIENTS="${PREFIX_CLIENTS:-48}"
 PREFIX_WORKLOADS="${PREFIX_WORKLOADS:-sp mt hot}"
 PREFIX_BASELINE="${PREFIX_BASELINE:-}"
 
@@ -95,7 +99,7 @@ start_prefix_peers() {
 part_prefix() {
     # Clock x2 keeps the part within its time; the SLOs below are wall time, i.e. TTFT
     # 2 s and TPOT 50 ms of simulated time.
-    local speed=2 sp=240 mt=288 hot=240 clients=48
+    local speed=2 sp=960 mt=288 hot=240 clients="$PREFIX_CLIENTS"
     [[ $QUICK -eq 1 ]] && { speed=4; sp=96; mt=96; hot=96; clients=32; }
     sp=$((sp * PREFIX_SCALE)); mt=$((mt * PREFIX_SCALE)); hot=$((hot * PREFIX_SCALE))
     local slo=(--goodput ttft:1000 tpot:25)
