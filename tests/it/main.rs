@@ -26,6 +26,7 @@ mod gateway_entries;
 mod gateway_hardening;
 mod gateway_http1;
 mod gateway_prefix;
+mod gateway_prefix_shared;
 mod gateway_replica_names;
 mod gateway_routing;
 mod gateway_scale_out;

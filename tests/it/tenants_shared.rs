@@ -4,86 +4,15 @@
 //! gateway's when they lapse). Each test runs its own `redis-server` on a free loopback
 //! port; without the binary the tests say so and pass.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use crate::support::gateway::*;
+use crate::support::redis::RedisServer;
 use laneway::gateway::GatewayHandle;
 use laneway::gateway::config::{QuotaStoreConfig, TenantConfig, TenantLimits};
 use laneway::sim::SimHandle;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::{Child, Command};
 
 use super::tenants::{post_as, tenant, with_tenants};
-
-/// A `redis-server` of this test's own, killed when dropped.
-struct RedisServer {
-    child: Child,
-    port: u16,
-}
-
-impl RedisServer {
-    /// Starts one on a free loopback port; `None` (with a printed reason) if the binary is
-    /// not installed.
-    async fn start(test: &str) -> Option<Self> {
-        let installed = std::process::Command::new("redis-server")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .status();
-        if installed.is_err() {
-            println!(
-                "SKIPPED {test}: redis-server is not installed \
-                 (apt-get install redis-server, or scripts/install-test-deps.sh)"
-            );
-            return None;
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        Some(Self::start_on(port).await)
-    }
-
-    async fn start_on(port: u16) -> Self {
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
-            .args(["--appendonly", "no", "--protected-mode", "no"])
-            .stdout(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("redis-server starts");
-        let server = Self { child, port };
-        for _ in 0..1000 {
-            if server.answers_ping().await {
-                return server;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("redis-server on port {port} never answered PING");
-    }
-
-    async fn answers_ping(&self) -> bool {
-        let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await else {
-            return false;
-        };
-        let mut answer = [0u8; 7];
-        stream.write_all(b"PING\r\n").await.is_ok()
-            && stream.read_exact(&mut answer).await.is_ok()
-            && &answer == b"+PONG\r\n"
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    async fn kill(mut self) {
-        self.child.kill().await.unwrap();
-    }
-
-    /// Every key in the store.
-    async fn keys(&self) -> Vec<String> {
-        let client = redis::Client::open(self.url()).unwrap();
-        let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-        redis::cmd("KEYS").arg("*").query_async(&mut connection).await.unwrap()
-    }
-}
 
 /// A gateway in front of `sims` whose tenants share their counters through `redis`.
 async fn shared_gateway(

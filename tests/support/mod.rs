@@ -1,9 +1,10 @@
 //! What the integration test binaries (`tests/it`, `tests/load`) share: a gateway and
 //! simulated or scripted replicas on port 0 (`gateway`), the simulator's client side
 //! (`sim`), a test PKI with a TLS front (`tls`), and canary requests sent as named users
-//! (`canary`).
+//! (`canary`), and a real Redis on loopback (`redis`).
 
 pub mod canary;
 pub mod gateway;
+pub mod redis;
 pub mod sim;
 pub mod tls;

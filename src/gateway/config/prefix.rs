@@ -17,6 +17,7 @@ pub struct RawPrefix {
     pub prefill_us_per_token: Option<f64>,
     pub request_us: Option<f64>,
     pub recompute_weight: Option<f64>,
+    pub share_sessions: Option<bool>,
 }
 
 /// The validated `[prefix]` section.
@@ -39,6 +40,9 @@ pub struct PrefixConfig {
     /// a candidate would recompute beyond it counts on top of its own TTFT: the requests
     /// that queue behind the duplicate pay for it too. 0 compares TTFT estimates alone.
     pub recompute_weight: f64,
+    /// With a shared store (`[limits] store`), where each session's turn was placed is
+    /// written there and read by the other gateways.
+    pub share_sessions: bool,
 }
 
 impl Default for PrefixConfig {
@@ -51,6 +55,7 @@ impl Default for PrefixConfig {
             prefill_us_per_token: 75.0,
             request_us: 1000.0,
             recompute_weight: 1.0,
+            share_sessions: true,
         }
     }
 }
@@ -87,6 +92,7 @@ pub(super) fn prefix(raw: &RawPrefix, issues: &mut Issues) -> PrefixConfig {
         prefill_us_per_token,
         request_us,
         recompute_weight,
+        share_sessions: raw.share_sessions.unwrap_or(default.share_sessions),
     }
 }
 

@@ -77,6 +77,9 @@ pub async fn forward(
     let admission = &state.shared.admission;
     let key = prompt_key(state, &request);
     let prefix = &state.shared.prefix;
+    if let Some(key) = &key {
+        prefix.recall_shared(key).await;
+    }
     let prompt =
         key.as_ref().map(|key| PromptPick { key, router: prefix, config: &state.config.prefix });
     let placement = VariantPlacement {

@@ -21,6 +21,7 @@ use crate::gateway::forward::Connector;
 use crate::gateway::forward::retry::RetryBudget;
 use crate::gateway::health::{HealthTracker, ReliabilityMetrics};
 use crate::gateway::observe::GatewayMetrics;
+use crate::gateway::pick::prefix::SharedSessions;
 use crate::gateway::pick::{Picker, PrefixRouter};
 use crate::gateway::quota::{TenantMetrics, Tenants};
 use crate::gateway::state::variants::Variants;
@@ -58,7 +59,7 @@ impl Shared {
                 reliability_metrics.clone(),
             )),
             retry_budget: Arc::new(RetryBudget::new(&reliability.retry)),
-            prefix: Arc::new(PrefixRouter::new(&config.prefix, metrics.registry())),
+            prefix: Arc::new(prefix_router(config, metrics.registry())),
             capacity: Arc::new(crate::gateway::capacity::CapacityShared::new(metrics.registry())),
             metrics,
             reliability_metrics,
@@ -72,6 +73,22 @@ impl Shared {
                 },
                 Vec::new(),
             ),
+        }
+    }
+}
+
+/// The prefix router, sharing sessions through `[limits] store` when `prefix.share_sessions`
+/// (read at start: reloads keep the router and its store).
+fn prefix_router(config: &GatewayConfig, registry: &prometheus::Registry) -> PrefixRouter {
+    let router = PrefixRouter::new(&config.prefix, registry);
+    let Some(store) = config.quota_store.as_ref().filter(|_| config.prefix.share_sessions) else {
+        return router;
+    };
+    match SharedSessions::open(store, registry) {
+        Ok(shared) => router.with_shared_sessions(shared),
+        Err(error) => {
+            tracing::warn!(%error, "shared session store unusable: sessions are not shared");
+            router
         }
     }
 }

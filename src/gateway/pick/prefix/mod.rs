@@ -11,6 +11,7 @@ pub mod feedback;
 pub mod index;
 pub mod policy;
 pub mod sessions;
+pub mod shared_sessions;
 pub mod ttft;
 
 #[cfg(test)]
@@ -30,6 +31,7 @@ use crate::prompt_tokens::{block_hashes, mix, prompt_token_ids};
 pub use feedback::{Prediction, PrefixFeedback};
 pub use index::BlockIndex;
 pub use sessions::SessionMemory;
+pub use shared_sessions::{SharedPlacement, SharedSessions};
 pub use ttft::{QueueTtft, TtftEstimate};
 
 /// What prefix-aware placement needs from a request: its rendered prompt as chained block
@@ -108,6 +110,8 @@ pub struct PrefixRouter {
     pub index: BlockIndex,
     /// Where each session was last placed.
     pub sessions: SessionMemory,
+    /// Where other gateways placed sessions, if `prefix.share_sessions` and a store.
+    shared: Option<SharedSessions>,
     metrics: PrefixMetrics,
 }
 
@@ -147,7 +151,43 @@ impl PrefixRouter {
         Self {
             index: BlockIndex::new(config.index_bytes),
             sessions: SessionMemory::default(),
+            shared: None,
             metrics: PrefixMetrics { tokens, index_bytes, corrected },
+        }
+    }
+
+    /// Shares sessions' placements with the other gateways on `store`.
+    pub fn with_shared_sessions(mut self, store: SharedSessions) -> Self {
+        self.shared = Some(store);
+        self
+    }
+
+    /// For a turn of a session this gateway does not remember, reads where the session's
+    /// last turn went from the shared store (if any) and, when this request is that turn
+    /// again or the next, takes it as its own memory: the session goes where it was, and
+    /// the index expects the blocks of that turn's prompt there (this prompt starts with
+    /// them). A replica that evicted them reports it, and the index corrects itself.
+    pub async fn recall_shared(&self, key: &PromptKey) {
+        let (Some(store), Some(session)) = (&self.shared, key.session) else {
+            return;
+        };
+        if key.opens_conversation || self.sessions.recall(session, key.messages).is_some() {
+            return;
+        }
+        let Some(placed) = store.recall(session).await else {
+            return;
+        };
+        if !sessions::follows(key.messages, placed.messages) {
+            return;
+        }
+        let replica = hash_bytes(placed.replica.as_bytes());
+        self.sessions.remember(session, replica, placed.messages);
+        let blocks = (placed.blocks as usize).min(key.max_hit_blocks).min(key.hashes.len());
+        if blocks > 0 {
+            let held = &key.hashes[..blocks];
+            self.index.insert(&placed.replica, held);
+            self.index.computed(&placed.replica, held);
+            self.metrics.index_bytes.set(self.index.bytes() as i64);
         }
     }
 
@@ -156,6 +196,15 @@ impl PrefixRouter {
     pub fn place(self: &Arc<Self>, replica: &Arc<Replica>, key: &PromptKey) -> PrefixFeedback {
         if let Some(session) = key.session {
             self.sessions.remember(session, replica.name_hash, key.messages);
+            if let Some(store) = &self.shared {
+                let blocks = key.hashes.len() as u64;
+                let placement = SharedPlacement {
+                    messages: key.messages,
+                    blocks,
+                    replica: replica.name.clone(),
+                };
+                store.remember(session, &placement);
+            }
         }
         let mut placed = self.index.insert(&replica.name, &key.hashes);
         let created = key.hashes[placed.matched.min(key.hashes.len())..].to_vec();

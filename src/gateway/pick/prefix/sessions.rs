@@ -43,10 +43,8 @@ impl SessionMemory {
         }
         let (replica, placed_messages) =
             (replica.load(Ordering::Acquire), placed_messages.load(Ordering::Acquire));
-        let next_turn = match (messages, placed_messages) {
-            (Some(now), placed) if placed != UNCOUNTED => now == placed || now == placed + 2,
-            _ => true,
-        };
+        let placed_messages = (placed_messages != UNCOUNTED).then_some(placed_messages);
+        let next_turn = follows(messages, placed_messages);
         (tag.load(Ordering::Acquire) == session && next_turn).then_some(replica)
     }
 
@@ -60,6 +58,16 @@ impl SessionMemory {
         held.store(replica, Ordering::Release);
         placed_messages.store(messages.unwrap_or(UNCOUNTED), Ordering::Release);
         tag.store(session, Ordering::Release);
+    }
+}
+
+/// Whether a prompt of `messages` chat messages is the turn placed with `placed` messages
+/// again or the next one (two more: the answer and a new question). Prompts whose turns are
+/// not counted (no chat) always follow.
+pub fn follows(messages: Option<u64>, placed: Option<u64>) -> bool {
+    match (messages, placed) {
+        (Some(now), Some(placed)) => now == placed || now == placed + 2,
+        _ => true,
     }
 }
 
