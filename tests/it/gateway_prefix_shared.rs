@@ -1,9 +1,10 @@
-//! Sessions shared between gateways through a real Redis (`[limits] store` with
-//! `prefix.share_sessions`): a session one gateway moved off its home is followed to where
-//! it went by another gateway at its next turn, where a gateway without the store sends it
-//! home; and a store that does not answer costs sessions nothing but the sharing. Each
-//! test runs its own `redis-server` on a free loopback port; without the binary the tests
-//! say so and pass.
+//! Placements shared between gateways through a real Redis (`[limits] store` with
+//! `prefix.share_sessions` and `prefix.share_prefixes`): a session one gateway moved off its
+//! home is followed to where it went by another gateway at its next turn, where a gateway
+//! without the store sends it home; a prefix one gateway placed is placed on the same
+//! replica by another, which hits its cache; and a store that does not answer costs
+//! requests nothing but the sharing. Each test runs its own `redis-server` on a free
+//! loopback port; without the binary the tests say so and pass.
 
 use std::time::Duration;
 
@@ -53,7 +54,7 @@ fn sharing_config(sims: &[SimHandle], url: String) -> GatewayConfig {
 }
 
 fn store_calls(gateway: &GatewayHandle, op: &str, outcome: &str) -> f64 {
-    let series = format!("laneway_prefix_session_store_total{{op=\"{op}\",outcome=\"{outcome}\"}}");
+    let series = format!("laneway_prefix_store_total{{op=\"{op}\",outcome=\"{outcome}\"}}");
     sample(&gateway.metrics_text(), &series).unwrap_or(0.0)
 }
 
@@ -72,7 +73,7 @@ async fn a_session_moved_by_one_gateway_is_followed_by_another_at_its_next_turn(
     let moved = served(&first, session, 2).await;
     assert_ne!(moved, home, "the first gateway drained the session's home");
     wait_until("both turns written to the store", || {
-        store_calls(&first, "remember", "stored") >= 2.0
+        store_calls(&first, "remember_session", "stored") >= 2.0
     })
     .await;
 
@@ -86,10 +87,10 @@ async fn a_session_moved_by_one_gateway_is_followed_by_another_at_its_next_turn(
         moved,
         "a gateway reading the store follows the session to where its conversation is"
     );
-    assert_eq!(store_calls(&second, "recall", "found"), 1.0);
+    assert_eq!(store_calls(&second, "recall_session", "found"), 1.0);
     // The second gateway now remembers the session itself: its next turn reads nothing.
     assert_eq!(served(&second, session, 4).await, moved);
-    assert_eq!(store_calls(&second, "recall", "found"), 1.0);
+    assert_eq!(store_calls(&second, "recall_session", "found"), 1.0);
     let keys = redis.keys().await;
     assert!(keys.contains(&format!("it-sessions:session:{}", session_key(session))), "{keys:?}");
 
@@ -103,8 +104,62 @@ fn session_key(session: &str) -> String {
     format!("{:016x}", laneway::gateway::pick::prefix::hash_bytes(session.as_bytes()))
 }
 
+/// A request of prefix group `group`: its ~600-token context and question `question`.
+fn group_body(group: u64, question: u64) -> Value {
+    let context = format!("context of group {group} ").repeat(120);
+    json!({
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": context},
+            {"role": "user", "content": format!("question {question}")},
+        ],
+        "max_tokens": 2,
+    })
+}
+
+/// The replica that served `body` through `gateway`, and the cached tokens it reported.
+async fn served_prompt(gateway: &GatewayHandle, body: &Value) -> (String, u64) {
+    let response =
+        reqwest::Client::new().post(url(gateway, "/v1/chat/completions")).json(body).send().await;
+    let response = response.unwrap();
+    assert_eq!(response.status(), 200);
+    let replica = header(&response, "x-laneway-replica");
+    let answer: Value = response.json().await.unwrap();
+    let cached = answer["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0);
+    (replica, cached)
+}
+
 #[tokio::test]
-async fn a_store_that_does_not_answer_costs_sessions_nothing_but_the_sharing() {
+async fn a_prefix_placed_by_one_gateway_is_placed_on_its_replica_by_another() {
+    let test = "a_prefix_placed_by_one_gateway_is_placed_on_its_replica_by_another";
+    let Some(redis) = RedisServer::start(test).await else { return };
+    let sims = start_sims(4, 1).await;
+    let first = start_gateway(sharing_config(&sims, redis.url())).await;
+    let second = start_gateway(sharing_config(&sims, redis.url())).await;
+    const GROUPS: u64 = 8;
+    let mut computed_on = Vec::new();
+    for group in 0..GROUPS {
+        let (replica, cached) = served_prompt(&first, &group_body(group, 0)).await;
+        assert_eq!(cached, 0, "group {group} is new to the fleet");
+        computed_on.push(replica);
+    }
+    wait_until("every group's prefixes written to the store", || {
+        store_calls(&first, "remember_prefix", "stored") >= GROUPS as f64
+    })
+    .await;
+    for group in 0..GROUPS {
+        let (replica, cached) = served_prompt(&second, &group_body(group, 1)).await;
+        assert_eq!(replica, computed_on[group as usize], "group {group}");
+        assert!(cached > 0, "group {group}: the context was cached where it was computed");
+    }
+    assert_eq!(store_calls(&second, "recall_prefix", "found"), GROUPS as f64);
+    for gateway in [first, second] {
+        gateway.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn a_store_that_does_not_answer_costs_requests_nothing_but_the_sharing() {
     // A port nothing listens on: every connect is refused.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let sims = start_sims(2, 1).await;
@@ -113,8 +168,8 @@ async fn a_store_that_does_not_answer_costs_sessions_nothing_but_the_sharing() {
     for n in 0..3 {
         served(&gateway, &format!("conversation-{n}"), 2).await;
     }
-    let failed = store_calls(&gateway, "recall", "failed");
-    let skipped = store_calls(&gateway, "recall", "skipped");
+    let failed = store_calls(&gateway, "recall_session", "failed");
+    let skipped = store_calls(&gateway, "recall_session", "skipped");
     assert!(failed >= 1.0, "the first read fails");
     assert_eq!(failed + skipped, 3.0, "after a failure, reads skip the store for a while");
     gateway.shutdown().await;

@@ -18,6 +18,7 @@ pub struct RawPrefix {
     pub request_us: Option<f64>,
     pub recompute_weight: Option<f64>,
     pub share_sessions: Option<bool>,
+    pub share_prefixes: Option<bool>,
 }
 
 /// The validated `[prefix]` section.
@@ -43,6 +44,9 @@ pub struct PrefixConfig {
     /// With a shared store (`[limits] store`), where each session's turn was placed is
     /// written there and read by the other gateways.
     pub share_sessions: bool,
+    /// With a shared store, the prefixes each placement computes are written there, and a
+    /// prompt this gateway knows little of is looked up there before it is placed.
+    pub share_prefixes: bool,
 }
 
 impl Default for PrefixConfig {
@@ -56,6 +60,7 @@ impl Default for PrefixConfig {
             request_us: 1000.0,
             recompute_weight: 1.0,
             share_sessions: true,
+            share_prefixes: true,
         }
     }
 }
@@ -93,6 +98,7 @@ pub(super) fn prefix(raw: &RawPrefix, issues: &mut Issues) -> PrefixConfig {
         request_us,
         recompute_weight,
         share_sessions: raw.share_sessions.unwrap_or(default.share_sessions),
+        share_prefixes: raw.share_prefixes.unwrap_or(default.share_prefixes),
     }
 }
 

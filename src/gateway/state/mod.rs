@@ -21,7 +21,7 @@ use crate::gateway::forward::Connector;
 use crate::gateway::forward::retry::RetryBudget;
 use crate::gateway::health::{HealthTracker, ReliabilityMetrics};
 use crate::gateway::observe::GatewayMetrics;
-use crate::gateway::pick::prefix::SharedSessions;
+use crate::gateway::pick::prefix::PlacementStore;
 use crate::gateway::pick::{Picker, PrefixRouter};
 use crate::gateway::quota::{TenantMetrics, Tenants};
 use crate::gateway::state::variants::Variants;
@@ -77,17 +77,19 @@ impl Shared {
     }
 }
 
-/// The prefix router, sharing sessions through `[limits] store` when `prefix.share_sessions`
-/// (read at start: reloads keep the router and its store).
+/// The prefix router, sharing placements through `[limits] store` when
+/// `prefix.share_sessions` or `prefix.share_prefixes` (read at start: reloads keep the
+/// router and its store).
 fn prefix_router(config: &GatewayConfig, registry: &prometheus::Registry) -> PrefixRouter {
     let router = PrefixRouter::new(&config.prefix, registry);
-    let Some(store) = config.quota_store.as_ref().filter(|_| config.prefix.share_sessions) else {
+    let (sessions, prefixes) = (config.prefix.share_sessions, config.prefix.share_prefixes);
+    let Some(store) = config.quota_store.as_ref().filter(|_| sessions || prefixes) else {
         return router;
     };
-    match SharedSessions::open(store, registry) {
-        Ok(shared) => router.with_shared_sessions(shared),
+    match PlacementStore::open(store, registry) {
+        Ok(shared) => router.with_store(shared, sessions, prefixes),
         Err(error) => {
-            tracing::warn!(%error, "shared session store unusable: sessions are not shared");
+            tracing::warn!(%error, "shared placement store unusable: placements are not shared");
             router
         }
     }

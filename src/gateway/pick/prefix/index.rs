@@ -138,6 +138,16 @@ impl BlockIndex {
         held
     }
 
+    /// The most leading `hashes` any one replica is expected to hold.
+    pub fn longest_anywhere(&self, hashes: &[u64]) -> usize {
+        let inner = self.inner.lock();
+        let slots = 0..inner.orders.len() as Slot;
+        let held = |slot: Slot| {
+            hashes.iter().take_while(|&&h| inner.entries.contains_key(&(h, slot))).count()
+        };
+        slots.map(held).max().unwrap_or(0)
+    }
+
     /// Records that `replica` is computing (so will cache) every block of `hashes`; returns
     /// what it was expected to hold before. Evicts the least recently used entries beyond
     /// the budget.

@@ -9,9 +9,9 @@
 pub mod affinity;
 pub mod feedback;
 pub mod index;
+pub mod placement_store;
 pub mod policy;
 pub mod sessions;
-pub mod shared_sessions;
 pub mod ttft;
 
 #[cfg(test)]
@@ -30,8 +30,8 @@ use crate::prompt_tokens::{block_hashes, mix, prompt_token_ids};
 
 pub use feedback::{Prediction, PrefixFeedback};
 pub use index::BlockIndex;
+pub use placement_store::{PlacementStore, SharedPlacement, checkpoints};
 pub use sessions::SessionMemory;
-pub use shared_sessions::{SharedPlacement, SharedSessions};
 pub use ttft::{QueueTtft, TtftEstimate};
 
 /// What prefix-aware placement needs from a request: its rendered prompt as chained block
@@ -110,9 +110,36 @@ pub struct PrefixRouter {
     pub index: BlockIndex,
     /// Where each session was last placed.
     pub sessions: SessionMemory,
-    /// Where other gateways placed sessions, if `prefix.share_sessions` and a store.
-    shared: Option<SharedSessions>,
+    /// Placements shared with other gateways, if a store is configured.
+    shared: Option<Shared>,
     metrics: PrefixMetrics,
+}
+
+/// The store and what goes through it (`prefix.share_sessions`, `prefix.share_prefixes`).
+struct Shared {
+    store: PlacementStore,
+    sessions: bool,
+    prefixes: bool,
+}
+
+impl Shared {
+    /// Writes that a request with `key` went to `replica`, which was expected to hold
+    /// `known` of its blocks: the session's turn, and the prefixes it computes anew.
+    fn remember(&self, replica: &Replica, key: &PromptKey, known: usize) {
+        if let (true, Some(session)) = (self.sessions, key.session) {
+            let blocks = key.hashes.len() as u64;
+            let placement =
+                SharedPlacement { messages: key.messages, blocks, replica: replica.name.clone() };
+            self.store.remember_session(session, &placement);
+        }
+        if self.prefixes {
+            let counts = checkpoints(known, key.hashes.len());
+            if !counts.is_empty() {
+                let hashes: Vec<u64> = counts.iter().map(|&count| key.hashes[count - 1]).collect();
+                self.store.remember_prefix(&hashes, &replica.name);
+            }
+        }
+    }
 }
 
 struct PrefixMetrics {
@@ -156,39 +183,71 @@ impl PrefixRouter {
         }
     }
 
-    /// Shares sessions' placements with the other gateways on `store`.
-    pub fn with_shared_sessions(mut self, store: SharedSessions) -> Self {
-        self.shared = Some(store);
+    /// Shares placements with the other gateways on `store`: sessions' if `sessions`,
+    /// prefixes' if `prefixes`.
+    pub fn with_store(mut self, store: PlacementStore, sessions: bool, prefixes: bool) -> Self {
+        self.shared = Some(Shared { store, sessions, prefixes });
         self
     }
 
-    /// For a turn of a session this gateway does not remember, reads where the session's
-    /// last turn went from the shared store (if any) and, when this request is that turn
-    /// again or the next, takes it as its own memory: the session goes where it was, and
-    /// the index expects the blocks of that turn's prompt there (this prompt starts with
-    /// them). A replica that evicted them reports it, and the index corrects itself.
+    /// Before placing a request, learns from the store what other gateways placed that
+    /// this gateway does not know: where its session's last turn went, and which replica
+    /// computed the longest prefix of its prompt.
     pub async fn recall_shared(&self, key: &PromptKey) {
-        let (Some(store), Some(session)) = (&self.shared, key.session) else {
-            return;
-        };
+        let Some(shared) = &self.shared else { return };
+        if shared.sessions {
+            self.recall_session(&shared.store, key).await;
+        }
+        if shared.prefixes {
+            self.recall_prefix(&shared.store, key).await;
+        }
+    }
+
+    /// For a turn of a session this gateway does not remember: where the session's last
+    /// turn went. When this request is that turn again or the next, it becomes this
+    /// gateway's own memory: the session goes where it was, and the index expects the
+    /// blocks of that turn's prompt there (this prompt starts with them). A replica that
+    /// evicted them reports it, and the index corrects itself.
+    async fn recall_session(&self, store: &PlacementStore, key: &PromptKey) {
+        let Some(session) = key.session else { return };
         if key.opens_conversation || self.sessions.recall(session, key.messages).is_some() {
             return;
         }
-        let Some(placed) = store.recall(session).await else {
-            return;
-        };
+        let Some(placed) = store.recall_session(session).await else { return };
         if !sessions::follows(key.messages, placed.messages) {
             return;
         }
-        let replica = hash_bytes(placed.replica.as_bytes());
-        self.sessions.remember(session, replica, placed.messages);
+        self.sessions.remember(session, hash_bytes(placed.replica.as_bytes()), placed.messages);
         let blocks = (placed.blocks as usize).min(key.max_hit_blocks).min(key.hashes.len());
-        if blocks > 0 {
-            let held = &key.hashes[..blocks];
-            self.index.insert(&placed.replica, held);
-            self.index.computed(&placed.replica, held);
-            self.metrics.index_bytes.set(self.index.bytes() as i64);
+        self.import(&placed.replica, &key.hashes[..blocks]);
+    }
+
+    /// For a prompt of which no replica is expected to hold half here: the longest prefix
+    /// another gateway placed, imported into the index on the replica that computed it.
+    async fn recall_prefix(&self, store: &PlacementStore, key: &PromptKey) {
+        let hittable = key.hittable();
+        let known = self.index.longest_anywhere(hittable);
+        if 2 * known >= hittable.len() {
+            return;
         }
+        let counts = checkpoints(known, hittable.len());
+        if counts.is_empty() {
+            return;
+        }
+        let hashes: Vec<u64> = counts.iter().map(|&count| hittable[count - 1]).collect();
+        if let Some((at, replica)) = store.recall_prefix(&hashes).await {
+            self.import(&replica, &hittable[..counts[at]]);
+        }
+    }
+
+    /// `replica` holds `hashes`, computed: another gateway placed them there.
+    fn import(&self, replica: &str, hashes: &[u64]) {
+        if hashes.is_empty() {
+            return;
+        }
+        self.index.insert(replica, hashes);
+        self.index.computed(replica, hashes);
+        self.metrics.index_bytes.set(self.index.bytes() as i64);
     }
 
     /// A request with `key` was placed on `replica`: the index now expects its blocks
@@ -196,17 +255,11 @@ impl PrefixRouter {
     pub fn place(self: &Arc<Self>, replica: &Arc<Replica>, key: &PromptKey) -> PrefixFeedback {
         if let Some(session) = key.session {
             self.sessions.remember(session, replica.name_hash, key.messages);
-            if let Some(store) = &self.shared {
-                let blocks = key.hashes.len() as u64;
-                let placement = SharedPlacement {
-                    messages: key.messages,
-                    blocks,
-                    replica: replica.name.clone(),
-                };
-                store.remember(session, &placement);
-            }
         }
         let mut placed = self.index.insert(&replica.name, &key.hashes);
+        if let Some(shared) = &self.shared {
+            shared.remember(replica, key, placed.matched);
+        }
         let created = key.hashes[placed.matched.min(key.hashes.len())..].to_vec();
         placed.matched = placed.matched.min(key.max_hit_blocks);
         placed.previous.truncate(placed.matched);

@@ -69,6 +69,18 @@ fn matches_are_per_replica_and_stop_at_the_first_missing_block() {
     assert_eq!(index.matched(&["a", "b"], &[1, 2, 3]), vec![0, 3]);
 }
 
+#[test]
+fn the_longest_match_anywhere_is_the_best_single_replicas() {
+    let index = BlockIndex::new(1 << 20);
+    assert_eq!(index.longest_anywhere(&[1, 2, 3]), 0, "an empty index");
+    index.insert("a", &[1, 2]);
+    index.insert("b", &[1, 9, 3]);
+    // Block 3 is on b, but b does not hold block 2: a's two leading blocks are the longest.
+    assert_eq!(index.longest_anywhere(&[1, 2, 3]), 2);
+    assert_eq!(index.longest_anywhere(&[1, 9, 3, 4]), 3);
+    assert_eq!(index.longest_anywhere(&[7]), 0);
+}
+
 /// The default bound of a conversation's later turns.
 const LOOSE: LoadBound = LoadBound::Loose { factor: 1.25 };
 
