@@ -27,19 +27,24 @@ fn turn_body(turn: usize) -> Value {
     json!({"model": "m", "messages": messages, "max_tokens": 2})
 }
 
+/// Sends `body` through `gateway` (as `session`, if given): the replica that served it and
+/// the cached prompt tokens it reported.
+async fn send(gateway: &GatewayHandle, body: &Value, session: Option<&str>) -> (String, u64) {
+    let mut request = reqwest::Client::new().post(url(gateway, "/v1/chat/completions"));
+    if let Some(session) = session {
+        request = request.header("x-session-id", session);
+    }
+    let response = request.json(body).send().await.unwrap();
+    assert_eq!(response.status(), 200, "{session:?}");
+    let replica = header(&response, "x-laneway-replica");
+    let answer: Value = response.json().await.unwrap();
+    let cached = answer["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0);
+    (replica, cached)
+}
+
 /// The replica that served `session`'s turn `turn` through `gateway`.
 async fn served(gateway: &GatewayHandle, session: &str, turn: usize) -> String {
-    let response = reqwest::Client::new()
-        .post(url(gateway, "/v1/chat/completions"))
-        .header("x-session-id", session)
-        .json(&turn_body(turn))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200, "{session} turn {turn}");
-    let replica = header(&response, "x-laneway-replica");
-    response.bytes().await.unwrap();
-    replica
+    send(gateway, &turn_body(turn), Some(session)).await.0
 }
 
 /// A `prefix_aware` gateway in front of `sims` sharing sessions through the store at `url`.
@@ -117,18 +122,6 @@ fn group_body(group: u64, question: u64) -> Value {
     })
 }
 
-/// The replica that served `body` through `gateway`, and the cached tokens it reported.
-async fn served_prompt(gateway: &GatewayHandle, body: &Value) -> (String, u64) {
-    let response =
-        reqwest::Client::new().post(url(gateway, "/v1/chat/completions")).json(body).send().await;
-    let response = response.unwrap();
-    assert_eq!(response.status(), 200);
-    let replica = header(&response, "x-laneway-replica");
-    let answer: Value = response.json().await.unwrap();
-    let cached = answer["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0);
-    (replica, cached)
-}
-
 #[tokio::test]
 async fn a_prefix_placed_by_one_gateway_is_placed_on_its_replica_by_another() {
     let test = "a_prefix_placed_by_one_gateway_is_placed_on_its_replica_by_another";
@@ -139,7 +132,7 @@ async fn a_prefix_placed_by_one_gateway_is_placed_on_its_replica_by_another() {
     const GROUPS: u64 = 8;
     let mut computed_on = Vec::new();
     for group in 0..GROUPS {
-        let (replica, cached) = served_prompt(&first, &group_body(group, 0)).await;
+        let (replica, cached) = send(&first, &group_body(group, 0), None).await;
         assert_eq!(cached, 0, "group {group} is new to the fleet");
         computed_on.push(replica);
     }
@@ -148,7 +141,7 @@ async fn a_prefix_placed_by_one_gateway_is_placed_on_its_replica_by_another() {
     })
     .await;
     for group in 0..GROUPS {
-        let (replica, cached) = served_prompt(&second, &group_body(group, 1)).await;
+        let (replica, cached) = send(&second, &group_body(group, 1), None).await;
         assert_eq!(replica, computed_on[group as usize], "group {group}");
         assert!(cached > 0, "group {group}: the context was cached where it was computed");
     }
