@@ -26,6 +26,7 @@ pub mod pick;
 pub mod quota;
 pub mod secrets;
 pub mod state;
+pub mod store_connection;
 pub mod tls;
 
 use std::collections::HashMap;

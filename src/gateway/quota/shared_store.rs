@@ -10,13 +10,14 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use redis::{RedisError, Script};
 
 use super::TenantMetrics;
 use super::headers::{LimitState, RateLimitHeaders};
 use super::store_health::StoreHealth;
 use crate::gateway::config::{QuotaStoreConfig, TenantLimits};
+use crate::gateway::store_connection;
 
 /// A lease outlives its gateway by at most this long: renewed every third of it while the
 /// request runs, it lapses when the gateway that holds it is gone.
@@ -70,13 +71,7 @@ impl SharedStore {
         config: &QuotaStoreConfig,
         metrics: Arc<TenantMetrics>,
     ) -> Result<Self, RedisError> {
-        let client = redis::Client::open(config.url.as_str())?;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(1)))
-            .set_response_timeout(Some(BACKGROUND_TIMEOUT))
-            // A lost connection is made again on the next call; the outage logic paces calls.
-            .set_number_of_retries(1);
-        let connection = ConnectionManager::new_lazy_with_config(client, manager_config)?;
+        let connection = store_connection::open(&config.url)?;
         let inner = Arc::new(StoreInner {
             connection,
             prefix: config.key_prefix.clone(),

@@ -21,9 +21,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use prometheus::{IntCounterVec, Opts, Registry};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 
 use crate::gateway::config::QuotaStoreConfig;
+use crate::gateway::store_connection;
 
 /// A session's placement is kept this long after its last turn.
 pub const SESSION_LIFETIME: Duration = Duration::from_secs(3600);
@@ -103,12 +104,7 @@ struct Inner {
 impl PlacementStore {
     /// A store whose connection is made on first use; its counters go to `registry`.
     pub fn open(config: &QuotaStoreConfig, registry: &Registry) -> Result<Self, redis::RedisError> {
-        let client = redis::Client::open(config.url.as_str())?;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(1)))
-            .set_response_timeout(Some(WRITE_TIMEOUT))
-            .set_number_of_retries(1);
-        let connection = ConnectionManager::new_lazy_with_config(client, manager_config)?;
+        let connection = store_connection::open(&config.url)?;
         let calls = IntCounterVec::new(
             Opts::new(
                 "laneway_prefix_store_total",
