@@ -90,7 +90,9 @@ start_laneway_fleet() {
 
 # ROUTING_PEERS: which targets to start, by name (default all of them), for quicker
 # iterations; a committed result runs them all.
-# laneway-predicted-pools (hetero only): predicted_latency with the long entry bound to TP8.
+# laneway-predicted-pools (hetero only): predicted_latency with the long entry bound to TP8;
+# laneway-predicted-split (hetero only, not in the default list): also the short entry
+# bound to TP4.
 ROUTING_PEERS="${ROUTING_PEERS:-laneway-predicted laneway-predicted-pools laneway-least-queue laneway-baseline haproxy-lc-close-nd haproxy-rr-nd sglang vllm}"
 routing_peer() { [[ " $ROUTING_PEERS " == *" $1 "* ]]; }
 
@@ -147,13 +149,33 @@ strategy = \"$ROUTING_LONG_STRATEGY\"
 pool = \"tp8\"
 weight = 1"
 
+# The same, and the short entry bound to the TP4 replicas (config/hetero.toml's comment
+# names both bindings): long prompts' prefill then never shares a step with short ones.
+HETERO_SPLIT="$HETERO_POOLS
+[[pools]]
+name = \"tp4\"
+replicas = [\"r2\", \"r3\"]
+[[entries.short.variants]]
+name = \"tp4\"
+strategy = \"force_close\"
+pool = \"tp4\"
+weight = 1"
+
 part_hetero() {
     start_fleet_of h20-tp8 h20-tp8 h20-tp4 h20-tp4
     start_routing_peers
     if routing_peer laneway-predicted-pools; then
         start_laneway_fleet laneway-predicted-pools predicted_latency "$LANEWAY" "$HETERO_POOLS"
-        log "targets: ${TARGETS[*]}"
     fi
+    # With ROUTING_BASELINE, that build with the same binding too, for a before/after.
+    if [[ -n "${ROUTING_BASELINE:-}" ]] && routing_peer laneway-predicted-pools; then
+        start_laneway_fleet laneway-predicted-pools-baseline predicted_latency \
+            "$ROUTING_BASELINE" "$HETERO_POOLS"
+    fi
+    if routing_peer laneway-predicted-split; then
+        start_laneway_fleet laneway-predicted-split predicted_latency "$LANEWAY" "$HETERO_SPLIT"
+    fi
+    log "targets: ${TARGETS[*]}"
     echo -e "## Heterogeneous: 2 x h20-tp8 + 2 x h20-tp4, mixed open loop (speed x$ROUTING_SPEED)\n" >>"$OUT/results.md"
     local rate
     for rate in $ROUTING_HETERO_RATES; do
