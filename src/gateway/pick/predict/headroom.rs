@@ -10,22 +10,15 @@
 //! fits     = headroom >= 1 - FIT_SHARE      (both predictions within 90% of the SLO)
 //! ```
 //! Every candidate is judged. Among those that fit, the lowest `least_queue` score wins (the
-//! gateway's own in-flight counts and prompt tokens, updated at each pick, so a scan does
-//! not herd the way lagged latency estimates alone would). If none fits, the same score
-//! decides among those predicted to meet both objectives at all (within them, not within
-//! 90%), else among those predicted to meet the TPOT objective; only when none does, the
-//! widest headroom wins. So a replica predicted to miss the SLO never takes a request from
-//! one predicted to meet it, and replicas that all meet it share by load. Past capacity a
-//! predicted TTFT miss is preferred to a predicted TPOT miss: TPOT is steady and its
-//! prediction near certain, while TTFT on a busy replica is a coin flip (its API processes
-//! race for the connection); comparing the sizes of the two misses sent a slowed replica
-//! the overflow, and most of it missed TPOT. Nor are the sizes of two TTFT misses compared:
-//! past capacity every candidate's TTFT comes from the intercepts of its highest counts of
-//! requests in flight, the least sampled part of its model, and the replica whose few
-//! samples there happened to read lowest took the overflow run after run (on a mixed
-//! TP8/TP4 fleet, 28 and 33 of 45 long prompts on one of two TP8 replicas, 9000 prompt
-//! tokens stacked on it at once while the other idled); by load they alternate. Ties go to
-//! the first candidate from a random start.
+//! gateway's own in-flight counts, updated at each pick, so a scan does not herd the way
+//! lagged latency estimates alone would); if none fits, the widest headroom among those
+//! predicted to meet the TPOT objective at all wins, else the widest overall. So a replica
+//! predicted to miss the SLO never takes a request from one predicted to meet it, and
+//! replicas that all meet it share by load. Past capacity a predicted TTFT miss is
+//! preferred to a predicted TPOT miss: TPOT is steady and its prediction near certain,
+//! while TTFT on a busy replica is a coin flip (its API processes race for the connection);
+//! comparing the sizes of the two misses sent a slowed replica the overflow, and most of it
+//! missed TPOT. Ties go to the first candidate from a random start.
 //!
 //! Every `EXPLORE_EVERY`-th pick goes to the candidate whose estimate is stalest (the one
 //! placed a request longest ago), whatever the predictions say, so a replica that nothing
@@ -145,36 +138,31 @@ impl Policy for PredictedLatency {
             return stalest.map(|n| nth_candidate(n, context));
         }
         let start = self.rng.below(count);
-        // (score, index) of the least loaded candidate that fits, of the least loaded one
-        // predicted to meet both objectives, and of the least loaded one predicted to meet
-        // TPOT; (headroom, index) of the widest headroom overall.
-        let mut fitting: Option<(f64, usize)> = None;
-        let mut meeting: Option<(f64, usize)> = None;
-        let mut meeting_tpot: Option<(f64, usize)> = None;
+        // (score, index) of the least loaded fitting candidate; (headroom, index) of the
+        // widest headroom among those whose TPOT fits, and overall.
+        let mut least_loaded: Option<(f64, usize)> = None;
+        let mut widest_tpot_fit: Option<(f64, usize)> = None;
         let mut widest: Option<(f64, usize)> = None;
-        let lower = |best: Option<(f64, usize)>, value: f64| best.is_none_or(|(b, _)| value < b);
+        let wider = |best: Option<(f64, usize)>, room: f64| best.is_none_or(|(b, _)| room > b);
         for step in 0..count {
             let index = nth_candidate((start + step) % count, context);
             let replica = &replicas[index];
             let margins = Margins::of(replica, request);
             let room = margins.headroom();
-            let score = least_queue::score(replica, context);
-            let slot = if fits(room) {
-                &mut fitting
-            } else if room >= 0.0 {
-                &mut meeting
-            } else if margins.tpot - margins.failures >= 0.0 {
-                &mut meeting_tpot
-            } else {
-                if lower(widest, -room) {
-                    widest = Some((-room, index));
+            if fits(room) {
+                let score = least_queue::score(replica, context);
+                if least_loaded.is_none_or(|(best, _)| score < best) {
+                    least_loaded = Some((score, index));
                 }
-                continue;
-            };
-            if lower(*slot, score) {
-                *slot = Some((score, index));
+            } else if least_loaded.is_none() {
+                if margins.tpot - margins.failures >= 0.0 && wider(widest_tpot_fit, room) {
+                    widest_tpot_fit = Some((room, index));
+                }
+                if wider(widest, room) {
+                    widest = Some((room, index));
+                }
             }
         }
-        fitting.or(meeting).or(meeting_tpot).or(widest).map(|(_, index)| index)
+        least_loaded.or(widest_tpot_fit).or(widest).map(|(_, index)| index)
     }
 }

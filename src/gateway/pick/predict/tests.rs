@@ -255,32 +255,3 @@ fn past_capacity_a_predicted_ttft_miss_is_preferred_to_a_predicted_tpot_miss() {
     let request = with_slo(1000, 500, 28);
     assert_eq!(policy.pick_for(&set, &context(), &request), Some(0));
 }
-
-#[test]
-fn past_capacity_predicted_ttft_misses_are_shared_by_load_not_by_their_size() {
-    let set = replicas(2);
-    // Both replicas' first tokens come past a 500 ms objective (r0 in 900 ms, r1 in 700 ms:
-    // the sizes of two misses, which the model knows least well); both decode in 15 ms.
-    train(&set[0], 30, 0, 1000, 0.9, 0.015);
-    train(&set[1], 30, 0, 1000, 0.7, 0.015);
-    let policy = PredictedLatency::new(4).with_explore_every(0);
-    let request = with_slo(1000, 500, 50);
-    let pick = |loads: [u64; 2]| {
-        for (replica, load) in set.iter().zip(loads) {
-            replica.load.in_flight.store(load, Ordering::Relaxed);
-        }
-        policy.pick_for(&set, &context(), &request).unwrap()
-    };
-    // The less loaded takes the request, whichever miss is predicted smaller.
-    assert_eq!(pick([3, 5]), 0);
-    assert_eq!(pick([5, 3]), 1);
-    // A replica predicted to meet both objectives (not within 90%: 470 ms) is preferred to
-    // a predicted miss, however loaded.
-    let set = replicas(2);
-    train(&set[0], 30, 0, 1000, 0.47, 0.015);
-    train(&set[1], 30, 0, 1000, 0.7, 0.015);
-    set[0].load.in_flight.store(9, Ordering::Relaxed);
-    for _ in 0..20 {
-        assert_eq!(policy.pick_for(&set, &context(), &request), Some(0));
-    }
-}
