@@ -30,7 +30,7 @@ use crate::prompt_tokens::{block_hashes, mix, prompt_token_ids};
 
 pub use feedback::{Prediction, PrefixFeedback};
 pub use index::BlockIndex;
-pub use placement_store::{PlacementStore, SharedPlacement, checkpoints};
+pub use placement_store::{FIRST_CHECKPOINT, PlacementStore, SharedPlacement, checkpoints};
 pub use sessions::SessionMemory;
 pub use ttft::{QueueTtft, TtftEstimate};
 
@@ -135,8 +135,7 @@ impl Shared {
         if self.prefixes {
             let counts = checkpoints(known, key.hashes.len());
             if !counts.is_empty() {
-                let hashes: Vec<u64> = counts.iter().map(|&count| key.hashes[count - 1]).collect();
-                self.store.remember_prefix(&hashes, &replica.name);
+                self.store.remember_prefix(&key.hashes, &counts, &replica.name);
             }
         }
     }
@@ -226,17 +225,18 @@ impl PrefixRouter {
     /// another gateway placed, imported into the index on the replica that computed it.
     async fn recall_prefix(&self, store: &PlacementStore, key: &PromptKey) {
         let hittable = key.hittable();
+        if hittable.len() < FIRST_CHECKPOINT {
+            return;
+        }
         let known = self.index.longest_anywhere(hittable);
         if 2 * known >= hittable.len() {
             return;
         }
+        // Never empty: the largest checkpoint is over two thirds of the prompt, above
+        // `known`.
         let counts = checkpoints(known, hittable.len());
-        if counts.is_empty() {
-            return;
-        }
-        let hashes: Vec<u64> = counts.iter().map(|&count| hittable[count - 1]).collect();
-        if let Some((at, replica)) = store.recall_prefix(&hashes).await {
-            self.import(&replica, &hittable[..counts[at]]);
+        if let Some((blocks, replica)) = store.recall_prefix(hittable, &counts).await {
+            self.import(&replica, &hittable[..blocks]);
         }
     }
 

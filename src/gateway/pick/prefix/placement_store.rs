@@ -67,12 +67,15 @@ impl SharedPlacement {
     }
 }
 
+/// The fewest blocks a prefix is written and read at: shorter prompts are not shared.
+pub const FIRST_CHECKPOINT: usize = 4;
+
 /// The block counts at which a prompt's prefix is written and read: 4, 6, 8, 12, 16, 24,
 /// ... (powers of two and one and a half times them), those above `known` and at most
 /// `blocks`.
 pub fn checkpoints(known: usize, blocks: usize) -> Vec<usize> {
     let mut counts = Vec::new();
-    let mut power = 4;
+    let mut power = FIRST_CHECKPOINT;
     while power <= blocks {
         for count in [power, power + power / 2] {
             if count > known && count <= blocks {
@@ -152,24 +155,29 @@ impl PlacementStore {
         self.write("remember_session", vec![(key, placement.encode())], SESSION_LIFETIME);
     }
 
-    /// Of the prefixes hashed `hashes` (shortest first), the longest a gateway wrote: its
-    /// position in `hashes` and the replica that computed it.
-    pub async fn recall_prefix(&self, hashes: &[u64]) -> Option<(usize, String)> {
-        let keys: Vec<String> = hashes.iter().map(|&hash| self.key("prefix", hash)).collect();
+    /// Of the prefixes of `prompt` (its block hashes) `counts` blocks long (shortest
+    /// first), the longest a gateway wrote: its block count and the replica that computed it.
+    pub async fn recall_prefix(&self, prompt: &[u64], counts: &[usize]) -> Option<(usize, String)> {
+        let keys = self.prefix_keys(prompt, counts);
         let values = self.read("recall_prefix", &keys).await?;
-        let found =
-            values.into_iter().enumerate().rev().find_map(|(at, value)| {
-                value.filter(|name| !name.is_empty()).map(|name| (at, name))
-            });
+        let found = counts.iter().zip(values).rev().find_map(|(&count, value)| {
+            value.filter(|name| !name.is_empty()).map(|name| (count, name))
+        });
         self.inner.count("recall_prefix", if found.is_some() { "found" } else { "absent" });
         found
     }
 
-    /// Writes, in the background, that `replica` computed the prefixes hashed `hashes`.
-    pub fn remember_prefix(&self, hashes: &[u64], replica: &str) {
-        let pairs =
-            hashes.iter().map(|&hash| (self.key("prefix", hash), replica.to_string())).collect();
+    /// Writes, in the background, that `replica` computed the prefixes of `prompt` (its
+    /// block hashes) `counts` blocks long.
+    pub fn remember_prefix(&self, prompt: &[u64], counts: &[usize], replica: &str) {
+        let keys = self.prefix_keys(prompt, counts);
+        let pairs = keys.into_iter().map(|key| (key, replica.to_string())).collect();
         self.write("remember_prefix", pairs, PREFIX_LIFETIME);
+    }
+
+    /// The key of each prefix: the chained hash of its last block names it whole.
+    fn prefix_keys(&self, prompt: &[u64], counts: &[usize]) -> Vec<String> {
+        counts.iter().map(|&count| self.key("prefix", prompt[count - 1])).collect()
     }
 
     /// The values of `keys`, or `None` (counted under `op`) when the store is paused, fails
