@@ -13,6 +13,7 @@
 //! A worker is idle when it has neither output work nor preprocessing queued; the accept
 //! choice ([`super::accept`]) reads that.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::clock::{SimClock, SimTime};
@@ -71,20 +72,27 @@ impl ApiWorkers {
 
     /// Preprocesses a request that arrived at `arrival` on `worker` (`cost_us` of CPU work,
     /// with the time output work leaves free) and waits until it is done; returns when it
-    /// ended.
+    /// ended. The queue is looked after by a task of its own: a request whose client leaves
+    /// is preprocessed all the same (the event loop notices the disconnect only later), and
+    /// its worker must still come free when that work ends, not when the next request
+    /// happens to look at the queue.
     pub async fn preprocess(
-        &self,
+        self: &Arc<Self>,
         worker: usize,
         clock: &SimClock,
         arrival: SimTime,
         cost_us: f64,
     ) -> SimTime {
-        let state = &self.workers[worker];
-        let output = || OutputReading {
-            charged_ns: state.output_charged.load(Ordering::Acquire),
-            busy_until: state.output_busy_until.load(Ordering::Acquire),
-        };
-        state.preprocessing.run(clock, arrival, cost_us, output).await
+        let (workers, task_clock) = (self.clone(), clock.clone());
+        let preprocessing = tokio::spawn(async move {
+            let state = &workers.workers[worker];
+            let output = || OutputReading {
+                charged_ns: state.output_charged.load(Ordering::Acquire),
+                busy_until: state.output_busy_until.load(Ordering::Acquire),
+            };
+            state.preprocessing.run(&task_clock, arrival, cost_us, output).await
+        });
+        preprocessing.await.unwrap_or_else(|_| clock.now())
     }
 
     /// No output work or preprocessing queued on `worker` at `now`: it waits in its event
@@ -124,6 +132,8 @@ impl ApiWorkers {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -143,12 +153,38 @@ mod tests {
     async fn preprocessing_waits_for_output_work() {
         // A fast clock: the 1 s of simulated work below takes 1 ms of wall time.
         let clock = SimClock::new(1000.0);
-        let workers = ApiWorkers::new(1);
+        let workers = Arc::new(ApiWorkers::new(1));
         let output_end = workers.charge_output(0, clock.now(), 500_000.0);
         let done = workers.preprocess(0, &clock, clock.now(), 500_000.0).await;
         // The request could only use the CPU once the half second of output was sent.
         assert!(done >= output_end.plus_us(500_000.0), "{done:?} vs {output_end:?}");
         assert_eq!(workers.preprocessing_pending(0), 0);
         assert!(workers.is_idle(0, done));
+    }
+
+    #[tokio::test]
+    async fn a_request_whose_client_left_frees_its_worker_once_preprocessed() {
+        // 200 ms of simulated work, 20 ms of wall time.
+        let clock = SimClock::new(10.0);
+        let workers = Arc::new(ApiWorkers::new(1));
+        let start = clock.now();
+        let left = workers.preprocess(0, &clock, start, 200_000.0);
+        // The client leaves long before its request is preprocessed.
+        assert!(tokio::time::timeout(Duration::from_micros(1), left).await.is_err());
+        assert_eq!(workers.preprocessing_pending(0), 1);
+        // Nobody else looks at the queue, yet the work ends in its time and the worker is
+        // free again (looked at in steps of 20 ms of simulated time, for at most 2 s).
+        let mut freed_at = None;
+        for step in 1..=100 {
+            let at = start.plus_us(20_000.0 * step as f64);
+            clock.sleep_until(at).await;
+            if workers.preprocessing_pending(0) == 0 {
+                freed_at = Some(at);
+                break;
+            }
+        }
+        let freed_at = freed_at.expect("the worker never came free");
+        assert!(freed_at >= start.plus_us(200_000.0), "{freed_at:?}");
+        assert!(workers.is_idle(0, freed_at));
     }
 }

@@ -71,7 +71,11 @@ mod tests {
             request_slo(entry, &headers(&[(&SLO_TTFT_MS, "250"), (&SLO_TPOT_MS, " 20 ")]));
         assert_eq!(
             tighter,
-            Ok(EntrySlo { ttft: Duration::from_millis(250), tpot: Duration::from_millis(20) })
+            Ok(EntrySlo {
+                ttft: Duration::from_millis(250),
+                tpot: Duration::from_millis(20),
+                ..EntrySlo::default()
+            })
         );
         let looser = request_slo(entry, &headers(&[(&SLO_TTFT_MS, "5000")])).unwrap();
         assert_eq!(looser.ttft, entry.ttft);

@@ -74,11 +74,23 @@ impl Issues {
         default: u64,
         max: u64,
     ) -> u64 {
+        self.number(path, value, default, 1, max)
+    }
+
+    /// `value` if it is within `min..=max`, else an issue and `default`; `default` if unset.
+    pub(in crate::gateway::config) fn number(
+        &mut self,
+        path: &str,
+        value: Option<i64>,
+        default: u64,
+        min: u64,
+        max: u64,
+    ) -> u64 {
         match value {
             None => default,
-            Some(number) if number >= 1 && number as u64 <= max => number as u64,
+            Some(number) if number >= min as i64 && number as u64 <= max => number as u64,
             Some(number) => {
-                self.add(path, format!("{number} is out of range 1..={max}"));
+                self.add(path, format!("{number} is out of range {min}..={max}"));
                 default
             }
         }

@@ -13,6 +13,8 @@ pub struct ReliabilityMetrics {
     pub health_checks: IntCounterVec,
     /// Retries sent, and retries the budget refused.
     pub retries: IntCounterVec,
+    /// Hedges sent, won (answered first) and refused by the budget.
+    pub hedges: IntCounterVec,
     pub admission_queue_length: IntGauge,
     pub admission_in_flight: IntGauge,
     /// 429s by reason (`queue_full`, `queue_timeout`).
@@ -67,6 +69,11 @@ impl ReliabilityMetrics {
             retries: counter(
                 "laneway_retries_total",
                 "Retries on another replica (sent) and those the budget refused (denied)",
+                &["outcome"],
+            ),
+            hedges: counter(
+                "laneway_hedges_total",
+                "Second sends of streamed requests their replica had not answered in time: sent, won (answered first), denied (by the retry budget)",
                 &["outcome"],
             ),
             admission_queue_length: gauge(

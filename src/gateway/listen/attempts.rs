@@ -13,6 +13,7 @@ use http::request::Parts;
 use http::{Response, StatusCode};
 
 use super::dispatch::rebuild;
+use super::hedge::{self, Hedged};
 use super::respond::{Placed, respond};
 use crate::gateway::admission::{AdmissionPermit, HeldBody, Placement};
 use crate::gateway::body::{ProxyBody, boxed, full};
@@ -117,8 +118,26 @@ pub async fn forward(
             return Err(connector.first_byte_timed_out(&replica));
         };
         state.metrics.record_overhead(OverheadPhase::Request, ctx.received_at);
-        let sent = connector.send_by(&replica, upstream_request, None, deadline).await;
+        let first = connector.send_by(&replica, upstream_request, None, deadline);
+        let hedged = match hedge_after(&request, attempt) {
+            None => Hedged::First(first.await),
+            Some(after) => {
+                let start = || start_hedge(state, &request, ctx.prompt_tokens, deadline);
+                hedge::send(first, after, start).await
+            }
+        };
         drop(answer_place);
+        let sent = match hedged {
+            Hedged::First(sent) => sent,
+            Hedged::Second(response, (hedge_guard, hedge_probe)) => {
+                state.shared.reliability_metrics.hedges.with_label_values(&["won"]).inc();
+                replica = hedge_guard.replica().clone();
+                prefix_feedback = key.as_ref().map(|key| prefix.place(&replica, key));
+                placement = hedge_probe;
+                guard = hedge_guard;
+                Ok(response)
+            }
+        };
         let last = attempt >= reliability.retry.max_attempts;
         let retryable = match sent {
             Err(error @ GatewayError::UpstreamTimeout { .. }) => {
@@ -178,6 +197,40 @@ pub async fn forward(
             }
         }
     }
+}
+
+/// How long a streamed request waits for its first send's answer before a hedge (only the
+/// first attempt hedges: a retry already went elsewhere).
+fn hedge_after(request: &Forwarding<'_>, attempt: u32) -> Option<std::time::Duration> {
+    (request.streams && attempt == 1).then(|| request.shape.slo.hedge_after())?
+}
+
+/// A hedge: a place on the replica the policy picks now and the send there, if the retry
+/// budget allows one more send.
+fn start_hedge<'a>(
+    state: &'a GatewayState,
+    request: &'a Forwarding<'_>,
+    prompt_tokens: u64,
+    deadline: tokio::time::Instant,
+) -> Option<(
+    (InFlightGuard, LatencyProbe),
+    impl std::future::Future<Output = Result<Response<UpstreamBody>, GatewayError>> + 'a,
+)> {
+    let limit = state.shared.admission.limits().max_in_flight_per_replica;
+    let variant: &Variant = request.variant;
+    let next = variant.pick_for(&state.picker, request.serving, None, limit, &request.shape, None)?;
+    let guard = InFlightGuard::try_acquire(next.clone(), prompt_tokens, limit)?;
+    let hedges = &state.shared.reliability_metrics.hedges;
+    if !state.shared.retry_budget.try_withdraw() {
+        hedges.with_label_values(&["denied"]).inc();
+        return None;
+    }
+    hedges.with_label_values(&["sent"]).inc();
+    let probe = LatencyProbe::begin(next.clone(), prompt_tokens, Instant::now());
+    let connector = &request.variant.connector;
+    let upstream_request = rebuild(request.parts, full(request.body.clone()));
+    let send = async move { connector.send_by(&next, upstream_request, None, deadline).await };
+    Some(((guard, probe), send))
 }
 
 /// A place on another replica with room, if the retry budget allows one more retry.

@@ -9,6 +9,7 @@ pub mod client_body;
 pub mod connection;
 pub mod dispatch;
 mod h1;
+mod hedge;
 mod models;
 pub mod request_id;
 mod respond;

@@ -170,8 +170,11 @@ fn train(replica: &Arc<Replica>, streams: usize, others: u64, prompt: u64, ttft:
 }
 
 fn with_slo(prompt_tokens: u64, ttft_ms: u64, tpot_ms: u64) -> RequestShape {
-    let slo =
-        EntrySlo { ttft: Duration::from_millis(ttft_ms), tpot: Duration::from_millis(tpot_ms) };
+    let slo = EntrySlo {
+        ttft: Duration::from_millis(ttft_ms),
+        tpot: Duration::from_millis(tpot_ms),
+        ..EntrySlo::default()
+    };
     RequestShape { prompt_tokens, slo }
 }
 
