@@ -2,63 +2,20 @@
 //! replica has that many it has not answered (no response headers yet), and go as it
 //! answers; requests that are not streamed never wait there.
 
-use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
-
-use axum::Router;
-use axum::body::Body;
-use axum::routing::{get, post};
-use tokio::sync::{mpsc, oneshot};
 
 use crate::support::gateway::{
-    STUB_METRICS, admin_json, chat_body, loopback_config, replica, sample, start_gateway, url,
-    wait_until,
+    admin_json, chat_body, loopback_config, replica, sample, start_gateway, url, wait_until,
 };
-
-/// A replica that answers (sends the response headers) only when the test says so: each
-/// request that arrives hands the test its go-ahead.
-async fn start_holding_stub() -> (SocketAddr, mpsc::UnboundedReceiver<oneshot::Sender<()>>) {
-    let (arrived, arrivals) = mpsc::unbounded_channel();
-    let chat = move || {
-        let arrived = arrived.clone();
-        async move {
-            let (answer, go) = oneshot::channel();
-            arrived.send(answer).unwrap();
-            let _ = go.await;
-            let events = futures_util::stream::iter([Ok::<_, Infallible>(
-                bytes::Bytes::from_static(b"data: [DONE]\n\n"),
-            )]);
-            axum::response::Response::builder()
-                .header("content-type", "text/event-stream")
-                .body(Body::from_stream(events))
-                .unwrap()
-        }
-    };
-    let app = Router::new()
-        .route("/metrics", get(|| async { STUB_METRICS }))
-        .route("/v1/chat/completions", post(chat));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (addr, arrivals)
-}
-
-async fn next_arrival(
-    arrivals: &mut mpsc::UnboundedReceiver<oneshot::Sender<()>>,
-) -> oneshot::Sender<()> {
-    tokio::time::timeout(Duration::from_secs(10), arrivals.recv())
-        .await
-        .expect("a request arrives at the replica")
-        .expect("the stub runs")
-}
+use crate::support::holding::{next_arrival, start_holding_stub};
 
 #[tokio::test]
 async fn streamed_requests_past_the_unanswered_limit_wait_and_go_as_the_replica_answers() {
     let (addr, mut arrivals) = start_holding_stub().await;
     let mut config = loopback_config(vec![replica("stub", addr)]);
     config.reliability.admission.max_unanswered_per_replica = 2;
+    // Requests are held for as long as the test needs: no hedge may add arrivals.
+    config.short.slo.hedge_percent = 0;
     let gateway = Arc::new(start_gateway(config).await);
     let send = |stream: bool| {
         let gateway = gateway.clone();

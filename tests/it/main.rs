@@ -24,6 +24,7 @@ mod gateway_config;
 mod gateway_discovery;
 mod gateway_entries;
 mod gateway_hardening;
+mod gateway_hedge;
 mod gateway_http1;
 mod gateway_prefix;
 mod gateway_prefix_shared;

@@ -75,7 +75,11 @@ pub fn with_policy(mut config: GatewayConfig, policy: PolicyKind) -> GatewayConf
 /// test speed meet (TPOT well under a millisecond) and a 50x slowed one does not (10 ms).
 pub fn predicted_config(sims: &[SimHandle]) -> GatewayConfig {
     let mut config = with_policy(config_for(sims), PolicyKind::PredictedLatency);
-    let slo = EntrySlo { ttft: Duration::from_millis(1000), tpot: Duration::from_millis(5) };
+    let slo = EntrySlo {
+        ttft: Duration::from_millis(1000),
+        tpot: Duration::from_millis(5),
+        ..EntrySlo::default()
+    };
     config.entry_mut(Entry::Short).slo = slo;
     config
 }

@@ -339,6 +339,25 @@ mod tests {
         let config = parse_and_validate(file).unwrap();
         assert_eq!(config.short.slo.ttft, Duration::from_millis(300));
         assert_eq!(config.short.slo.tpot, Duration::from_millis(50));
+        // Hedged after 30% of the objective, unless told otherwise.
+        assert_eq!(config.short.slo.hedge_after(), Some(Duration::from_millis(90)));
+    }
+
+    #[test]
+    fn hedges_are_turned_off_with_zero_and_a_share_past_100_is_refused() {
+        let file = |percent: i64| {
+            format!(
+                "[[replicas]]\nname = \"r0\"\nurl = \"http://127.0.0.1:8000\"\n\
+                 [entries.long.slo]\nhedge_percent = {percent}\n"
+            )
+        };
+        let config = parse_and_validate(&file(0)).unwrap();
+        assert_eq!(config.long.slo.hedge_after(), None);
+        assert_eq!(config.short.slo.hedge_after(), Some(Duration::from_millis(300)));
+        let refused = format!("{}", parse_and_validate(&file(101)).unwrap_err());
+        assert!(refused.contains("entries.long.slo.hedge_percent"), "{refused}");
+        let refused = format!("{}", parse_and_validate(&file(-1)).unwrap_err());
+        assert!(refused.contains("out of range 0..=100"), "{refused}");
     }
 
     #[test]

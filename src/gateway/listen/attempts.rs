@@ -4,6 +4,7 @@
 //! written, or the replica answered 503 before any byte went to the client; and only while
 //! the retry budget allows. Every outcome feeds passive health.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -205,6 +206,9 @@ fn hedge_after(request: &Forwarding<'_>, attempt: u32) -> Option<std::time::Dura
     (request.streams && attempt == 1).then(|| request.shape.slo.hedge_after())?
 }
 
+/// What a hedge holds while it runs: its place on its replica and its latency probe.
+type HedgePlace = (InFlightGuard, LatencyProbe);
+
 /// A hedge: a place on the replica the policy picks now and the send there, if the retry
 /// budget allows one more send.
 fn start_hedge<'a>(
@@ -212,13 +216,11 @@ fn start_hedge<'a>(
     request: &'a Forwarding<'_>,
     prompt_tokens: u64,
     deadline: tokio::time::Instant,
-) -> Option<(
-    (InFlightGuard, LatencyProbe),
-    impl std::future::Future<Output = Result<Response<UpstreamBody>, GatewayError>> + 'a,
-)> {
+) -> Option<(HedgePlace, impl Future<Output = Result<Response<UpstreamBody>, GatewayError>> + 'a)> {
     let limit = state.shared.admission.limits().max_in_flight_per_replica;
     let variant: &Variant = request.variant;
-    let next = variant.pick_for(&state.picker, request.serving, None, limit, &request.shape, None)?;
+    let next =
+        variant.pick_for(&state.picker, request.serving, None, limit, &request.shape, None)?;
     let guard = InFlightGuard::try_acquire(next.clone(), prompt_tokens, limit)?;
     let hedges = &state.shared.reliability_metrics.hedges;
     if !state.shared.retry_budget.try_withdraw() {
