@@ -5,9 +5,9 @@
 use std::sync::Arc;
 
 use crate::support::gateway::{
-    admin_json, chat_body, loopback_config, replica, sample, start_gateway, url, wait_until,
+    admin_json, loopback_config, replica, sample, start_gateway, wait_until,
 };
-use crate::support::holding::{next_arrival, start_holding_stub};
+use crate::support::holding::{next_arrival, send_chat, start_holding_stub};
 
 #[tokio::test]
 async fn streamed_requests_past_the_unanswered_limit_wait_and_go_as_the_replica_answers() {
@@ -17,20 +17,7 @@ async fn streamed_requests_past_the_unanswered_limit_wait_and_go_as_the_replica_
     // Requests are held for as long as the test needs: no hedge may add arrivals.
     config.short.slo.hedge_percent = 0;
     let gateway = Arc::new(start_gateway(config).await);
-    let send = |stream: bool| {
-        let gateway = gateway.clone();
-        tokio::spawn(async move {
-            let response = reqwest::Client::new()
-                .post(url(&gateway, "/v1/chat/completions"))
-                .json(&chat_body(10, 2, stream))
-                .send()
-                .await
-                .unwrap();
-            let status = response.status().as_u16();
-            response.bytes().await.unwrap();
-            status
-        })
-    };
+    let send = |stream: bool| send_chat(&gateway, stream);
     let streamed: Vec<_> = (0..5).map(|_| send(true)).collect();
     let mut answers = vec![next_arrival(&mut arrivals).await, next_arrival(&mut arrivals).await];
     let waiting = |gateway: &laneway::gateway::GatewayHandle| {

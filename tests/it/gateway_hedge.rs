@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::support::gateway::{chat_body, loopback_config, replica, sample, start_gateway, url};
-use crate::support::holding::{next_arrival, start_holding_stub};
+use crate::support::gateway::{loopback_config, replica, sample, start_gateway};
+use crate::support::holding::{next_arrival, send_chat, start_holding_stub};
 
 /// Two holding replicas whose arrivals reach the test through one channel, and a gateway
 /// hedging after 10% of a 1 s TTFT objective.
@@ -30,24 +30,6 @@ async fn two_holding_replicas()
     (Arc::new(start_gateway(config).await), arrivals)
 }
 
-fn send(
-    gateway: &Arc<laneway::gateway::GatewayHandle>,
-    stream: bool,
-) -> tokio::task::JoinHandle<u16> {
-    let gateway = gateway.clone();
-    tokio::spawn(async move {
-        let response = reqwest::Client::new()
-            .post(url(&gateway, "/v1/chat/completions"))
-            .json(&chat_body(10, 2, stream))
-            .send()
-            .await
-            .unwrap();
-        let status = response.status().as_u16();
-        response.bytes().await.unwrap();
-        status
-    })
-}
-
 fn hedges(gateway: &laneway::gateway::GatewayHandle, outcome: &str) -> f64 {
     let prefix = format!("laneway_hedges_total{{outcome=\"{outcome}\"}}");
     sample(&gateway.metrics_text(), &prefix).unwrap_or(0.0)
@@ -56,7 +38,7 @@ fn hedges(gateway: &laneway::gateway::GatewayHandle, outcome: &str) -> f64 {
 #[tokio::test]
 async fn an_unanswered_stream_is_sent_again_and_the_second_answer_wins() {
     let (gateway, mut arrivals) = two_holding_replicas().await;
-    let client = send(&gateway, true);
+    let client = send_chat(&gateway, true);
     let first = next_arrival(&mut arrivals).await;
     // Never answered: 100 ms on, the hedge reaches a replica, and its answer is the one the
     // client gets.
@@ -74,9 +56,9 @@ async fn a_request_that_is_not_streamed_is_not_hedged() {
     let (gateway, mut arrivals) = two_holding_replicas().await;
     // Sent first, held past its hedge point until a streamed request sent after it has
     // been hedged: it would have been hedged before that one.
-    let whole = send(&gateway, false);
+    let whole = send_chat(&gateway, false);
     let whole_arrival = next_arrival(&mut arrivals).await;
-    let streamed = send(&gateway, true);
+    let streamed = send_chat(&gateway, true);
     let streamed_first = next_arrival(&mut arrivals).await;
     let streamed_hedge = next_arrival(&mut arrivals).await;
     assert_eq!(hedges(&gateway, "sent"), 1.0);

@@ -3,6 +3,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -10,7 +11,9 @@ use axum::body::Body;
 use axum::routing::{get, post};
 use tokio::sync::{mpsc, oneshot};
 
-use super::gateway::STUB_METRICS;
+use laneway::gateway::GatewayHandle;
+
+use super::gateway::{STUB_METRICS, chat_body, url};
 
 /// A replica that answers (sends the response headers) only when the test says so: each
 /// request that arrives hands the test its go-ahead.
@@ -47,4 +50,21 @@ pub async fn next_arrival(
         .await
         .expect("a request arrives at the replica")
         .expect("the stub runs")
+}
+
+/// A small chat request through `gateway`, streamed or not, on a task of its own: its
+/// status once the whole body was read.
+pub fn send_chat(gateway: &Arc<GatewayHandle>, stream: bool) -> tokio::task::JoinHandle<u16> {
+    let gateway = gateway.clone();
+    tokio::spawn(async move {
+        let response = reqwest::Client::new()
+            .post(url(&gateway, "/v1/chat/completions"))
+            .json(&chat_body(10, 2, stream))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        response.bytes().await.unwrap();
+        status
+    })
 }
