@@ -177,14 +177,7 @@ pub struct Ranges<'a> {
 
 impl Ranges<'_> {
     fn number(&mut self, path: &str, value: Option<i64>, default: u64, min: u64, max: u64) -> u64 {
-        match value {
-            None => default,
-            Some(n) if n >= min as i64 && n as u64 <= max => n as u64,
-            Some(n) => {
-                self.issues.add(path, format!("{n} is out of range {min}..={max}"));
-                default
-            }
-        }
+        self.issues.number(path, value, default, min, max)
     }
 
     fn millis(&mut self, path: &str, value: Option<i64>, default: u64) -> Duration {

@@ -2,7 +2,9 @@
 //! 429), then up to `retry.max_attempts` sends. Another replica is tried only when the
 //! request cannot have run: the connection was refused or closed before the request was
 //! written, or the replica answered 503 before any byte went to the client; and only while
-//! the retry budget allows. Every outcome feeds passive health.
+//! the retry budget allows. A streamed request its replica has not answered in time is
+//! also sent once more ([`super::hedge`]), and the first answer wins. Every outcome of the
+//! send that answered feeds passive health (a hedge's loser is dropped unrecorded).
 
 use std::future::Future;
 use std::sync::Arc;
