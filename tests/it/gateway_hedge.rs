@@ -1,13 +1,16 @@
 //! Hedged sends: a streamed request its replica has not answered after `slo.hedge_percent`
 //! of its TTFT objective is sent once more, and the first answer wins; a request that is
-//! not streamed is never hedged.
+//! not streamed is never hedged; a prefix-aware hedge goes where the first send went when
+//! that is where the conversation lives.
 
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::support::gateway::{loopback_config, replica, sample, start_gateway};
-use crate::support::holding::{next_arrival, send_chat, start_holding_stub};
+use laneway::gateway::config::PolicyKind;
+
+use crate::support::gateway::{loopback_config, replica, sample, start_gateway, with_policy};
+use crate::support::holding::{next_arrival, send_chat, send_chat_with, start_holding_stub};
 
 /// Two holding replicas whose arrivals reach the test through one channel, and a gateway
 /// hedging after 10% of a 1 s TTFT objective.
@@ -69,4 +72,48 @@ async fn a_request_that_is_not_streamed_is_not_hedged() {
     assert_eq!(streamed.await.unwrap(), 200);
     drop(streamed_first);
     assert_eq!(hedges(&gateway, "sent"), 1.0);
+}
+
+/// The next request to reach either of two holding replicas: which one, and its go-ahead.
+async fn next_arrival_at(
+    a: &mut mpsc::UnboundedReceiver<oneshot::Sender<()>>,
+    b: &mut mpsc::UnboundedReceiver<oneshot::Sender<()>>,
+) -> (&'static str, oneshot::Sender<()>) {
+    tokio::select! {
+        answer = next_arrival(a) => ("a", answer),
+        answer = next_arrival(b) => ("b", answer),
+    }
+}
+
+/// A conversation long enough that its cached prompt outweighs one request queued ahead.
+const PROMPT_TOKENS: u64 = 1500;
+
+#[tokio::test]
+async fn a_hedge_of_a_conversation_goes_to_its_replica_on_a_fresh_connection() {
+    let (a_addr, mut a) = start_holding_stub().await;
+    let (b_addr, mut b) = start_holding_stub().await;
+    let replicas = vec![replica("a", a_addr), replica("b", b_addr)];
+    let mut config = with_policy(loopback_config(replicas), PolicyKind::PrefixAware);
+    // Hedged only when a request asks for a tight TTFT: the first turn never is.
+    config.short.slo.ttft = std::time::Duration::from_secs(600);
+    config.short.slo.hedge_percent = 10;
+    let gateway = Arc::new(start_gateway(config).await);
+    let session = ("x-session-id", "conversation-1");
+    let first_turn = send_chat_with(&gateway, true, PROMPT_TOKENS, &[session]);
+    let (home, answer) = next_arrival_at(&mut a, &mut b).await;
+    answer.send(()).unwrap();
+    assert_eq!(first_turn.await.unwrap(), 200);
+    // The conversation again, with a 1 s TTFT objective: unanswered 100 ms on, its second
+    // send goes where the conversation is placed (and cached), not to the idle replica a
+    // load-only pick would choose.
+    let tight = ("x-laneway-slo-ttft-ms", "1000");
+    let turn = send_chat_with(&gateway, true, PROMPT_TOKENS, &[session, tight]);
+    let (placed, first) = next_arrival_at(&mut a, &mut b).await;
+    assert_eq!(placed, home, "the conversation left its replica");
+    let (hedged_at, second) = next_arrival_at(&mut a, &mut b).await;
+    assert_eq!(hedged_at, home, "the hedge left the conversation's replica");
+    second.send(()).unwrap();
+    assert_eq!(turn.await.unwrap(), 200);
+    assert_eq!((hedges(&gateway, "sent"), hedges(&gateway, "won")), (1.0, 1.0));
+    drop(first);
 }

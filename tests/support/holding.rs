@@ -55,14 +55,26 @@ pub async fn next_arrival(
 /// A small chat request through `gateway`, streamed or not, on a task of its own: its
 /// status once the whole body was read.
 pub fn send_chat(gateway: &Arc<GatewayHandle>, stream: bool) -> tokio::task::JoinHandle<u16> {
+    send_chat_with(gateway, stream, 10, &[])
+}
+
+/// As [`send_chat`], with a prompt of about `prompt_tokens` and `headers` added.
+pub fn send_chat_with(
+    gateway: &Arc<GatewayHandle>,
+    stream: bool,
+    prompt_tokens: u64,
+    headers: &[(&'static str, &'static str)],
+) -> tokio::task::JoinHandle<u16> {
     let gateway = gateway.clone();
+    let headers = headers.to_vec();
     tokio::spawn(async move {
-        let response = reqwest::Client::new()
+        let mut request = reqwest::Client::new()
             .post(url(&gateway, "/v1/chat/completions"))
-            .json(&chat_body(10, 2, stream))
-            .send()
-            .await
-            .unwrap();
+            .json(&chat_body(prompt_tokens, 2, stream));
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        let response = request.send().await.unwrap();
         let status = response.status().as_u16();
         response.bytes().await.unwrap();
         status

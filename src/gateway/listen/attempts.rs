@@ -125,7 +125,8 @@ pub async fn forward(
         let hedged = match hedge_after(&request, attempt) {
             None => Hedged::First(first.await),
             Some(after) => {
-                let start = || start_hedge(state, &request, ctx.prompt_tokens, deadline);
+                let prompt = prompt.as_ref();
+                let start = || start_hedge(state, &request, prompt, ctx.prompt_tokens, deadline);
                 hedge::send(first, after, start).await
             }
         };
@@ -212,17 +213,20 @@ fn hedge_after(request: &Forwarding<'_>, attempt: u32) -> Option<std::time::Dura
 type HedgePlace = (InFlightGuard, LatencyProbe);
 
 /// A hedge: a place on the replica the policy picks now and the send there, if the retry
-/// budget allows one more send.
+/// budget allows one more send. The pick sees the prompt as the first one did, so a
+/// prefix-aware policy keeps the hedge where the prompt is cached: often the same replica,
+/// on a fresh connection that another of its API processes may take.
 fn start_hedge<'a>(
     state: &'a GatewayState,
     request: &'a Forwarding<'_>,
+    prompt: Option<&PromptPick<'_>>,
     prompt_tokens: u64,
     deadline: tokio::time::Instant,
 ) -> Option<(HedgePlace, impl Future<Output = Result<Response<UpstreamBody>, GatewayError>> + 'a)> {
     let limit = state.shared.admission.limits().max_in_flight_per_replica;
     let variant: &Variant = request.variant;
     let next =
-        variant.pick_for(&state.picker, request.serving, None, limit, &request.shape, None)?;
+        variant.pick_for(&state.picker, request.serving, None, limit, &request.shape, prompt)?;
     let guard = InFlightGuard::try_acquire(next.clone(), prompt_tokens, limit)?;
     let hedges = &state.shared.reliability_metrics.hedges;
     if !state.shared.retry_budget.try_withdraw() {
