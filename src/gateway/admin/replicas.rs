@@ -58,6 +58,7 @@ fn latency_estimate(replica: &Replica) -> Value {
     json!({
         "ttft_seconds_per_token": view.ttft_seconds_per_token,
         "ttft_intercept_by_others_in_flight": view.ttft_intercepts,
+        "ttft_spread_by_others_in_flight": view.ttft_spreads,
         "decode_intercept": view.decode.0,
         "decode_seconds_per_stream": view.decode.1,
         "pending_prefill_tokens": view.pending_prefill_tokens,

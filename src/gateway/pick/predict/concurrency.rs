@@ -15,6 +15,11 @@
 //! its own samples are few or old, and read as never falling as the count grows. A count
 //! the replica has not been seen at is predicted as the highest below it: optimistic, so the
 //! policy tries it and learns. The last count stands for that many or more.
+//!
+//! Each count also keeps how widely its samples spread around its intercept (a standard
+//! deviation, net of the slope). A first token on such a replica is often bimodal: fast on
+//! an idle API process, late on one that streams; a mean between the two can sit under an
+//! objective that a third of the requests miss, and the spread is what shows it.
 
 /// In-flight counts told apart; the last stands for `COUNTS - 1` or more.
 pub const COUNTS: usize = 32;
@@ -29,8 +34,8 @@ const MIN_SLOPE_SHARE: f64 = 0.25;
 /// Decayed sums per in-flight count, and the prior that anchors the fit.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TtftByConcurrency {
-    /// Per count: weight, tokens, TTFT, tokens^2, tokens x TTFT.
-    sums: [[f64; 5]; COUNTS],
+    /// Per count: weight, tokens, TTFT, tokens^2, tokens x TTFT, TTFT^2.
+    sums: [[f64; 6]; COUNTS],
     prior_intercept: f64,
     prior_slope: f64,
     /// The prior's pull on the slope: weight x spread of its span (see `slope`).
@@ -50,7 +55,7 @@ impl TtftByConcurrency {
     pub fn new(intercept: f64, slope: f64, (x_low, x_high): (f64, f64), prior_weight: f64) -> Self {
         let half_span = (x_high - x_low) / 2.0;
         Self {
-            sums: [[0.0; 5]; COUNTS],
+            sums: [[0.0; 6]; COUNTS],
             prior_intercept: intercept,
             prior_slope: slope,
             prior_spread: 2.0 * prior_weight * half_span * half_span,
@@ -76,6 +81,7 @@ impl TtftByConcurrency {
         sums[2] += ttft;
         sums[3] += tokens * tokens;
         sums[4] += tokens * ttft;
+        sums[5] += ttft * ttft;
         self.samples += 1;
     }
 
@@ -88,7 +94,7 @@ impl TtftByConcurrency {
     pub fn slope(&self) -> f64 {
         let (mut spread, mut covariance) =
             (self.prior_spread, self.prior_slope * self.prior_spread);
-        for [weight, x, y, xx, xy] in self.sums {
+        for [weight, x, y, xx, xy, _] in self.sums {
             if weight > f64::EPSILON {
                 spread += xx - x * x / weight;
                 covariance += xy - x * y / weight;
@@ -105,13 +111,36 @@ impl TtftByConcurrency {
         // Count zero is shrunk toward the prior, every other count toward the one below,
         // which it never falls under.
         let (mut toward, mut floor) = (self.prior_intercept, f64::NEG_INFINITY);
-        for (intercept, [weight, x, y, _, _]) in intercepts.iter_mut().zip(self.sums) {
+        for (intercept, [weight, x, y, _, _, _]) in intercepts.iter_mut().zip(self.sums) {
             let own = y - slope * x;
             let shrunk = (own + NEIGHBOUR_WEIGHT * toward) / (weight + NEIGHBOUR_WEIGHT);
             *intercept = shrunk.max(floor);
             (toward, floor) = (*intercept, *intercept);
         }
         intercepts
+    }
+
+    /// The standard deviation of each count's TTFTs around its intercept, net of the slope:
+    /// each count's own, shrunk toward the count below while its samples are few or old
+    /// (count zero toward none).
+    pub fn spreads(&self) -> [f64; COUNTS] {
+        let slope = self.slope();
+        let mut spreads = [0.0; COUNTS];
+        let mut toward = 0.0;
+        for (spread, [weight, x, y, xx, xy, yy]) in spreads.iter_mut().zip(self.sums) {
+            // Sums of the residuals `ttft - slope * tokens` and of their squares.
+            let residuals = y - slope * x;
+            let squares = yy - 2.0 * slope * xy + slope * slope * xx;
+            let scatter = if weight > f64::EPSILON {
+                (squares - residuals * residuals / weight).max(0.0)
+            } else {
+                0.0
+            };
+            let variance = (scatter + NEIGHBOUR_WEIGHT * toward) / (weight + NEIGHBOUR_WEIGHT);
+            *spread = variance.sqrt();
+            toward = variance;
+        }
+        spreads
     }
 }
 
@@ -148,6 +177,27 @@ mod tests {
         // Never seen beyond 6: read as at 6, not as nothing.
         assert!((intercepts[20] - intercepts[6]).abs() < 1e-9, "{intercepts:?}");
         assert!(intercepts.windows(2).all(|pair| pair[1] >= pair[0]), "{intercepts:?}");
+    }
+
+    #[test]
+    fn a_count_whose_first_tokens_are_fast_or_late_spreads_wide_and_a_steady_one_does_not() {
+        let mut model = model();
+        // Count 2: always 100 ms. Count 5: 100 ms on two requests of three, 900 ms on the
+        // third (a busy API process), whatever the prompt.
+        for n in 0..300u64 {
+            let tokens = if n % 2 == 0 { 1000.0 } else { 9000.0 };
+            let line = 5e-5 * tokens;
+            model.observe(2, tokens, 0.1 + line);
+            model.observe(5, tokens, if n % 3 == 0 { 0.9 } else { 0.1 } + line);
+        }
+        let spreads = model.spreads();
+        assert!(spreads[2] < 0.01, "{spreads:?}");
+        // Two values 0.8 apart, one third at the top: sqrt(1/3 * 2/3) * 0.8 = 0.377.
+        assert!((spreads[5] - 0.377).abs() < 0.03, "{spreads:?}");
+        // The mean alone reads 367 ms at count 5; a spread above it says a third miss 500 ms.
+        assert!((model.intercepts()[5] - 0.367).abs() < 0.03, "{:?}", model.intercepts());
+        // Never seen beyond 5: read as 5.
+        assert!((spreads[12] - spreads[5]).abs() < 0.01, "{spreads:?}");
     }
 
     #[test]

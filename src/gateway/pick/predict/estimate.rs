@@ -33,7 +33,10 @@ const PRIOR_WEIGHT: f64 = 0.05;
 /// A prediction for one request on one replica, in seconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Predicted {
+    /// The mean TTFT.
     pub ttft: f64,
+    /// How widely TTFTs at this count spread around that mean (a standard deviation).
+    pub ttft_spread: f64,
     pub tpot: f64,
 }
 
@@ -48,10 +51,12 @@ pub struct LatencyEstimate {
     /// to the replica whose estimate is stalest.
     last_placed: AtomicU64,
     /// Published models, as `f64` bits: the decode line's `(intercept, slope)`, the TTFT
-    /// slope per prompt token and its intercept per count of other requests in flight.
+    /// slope per prompt token, its intercept and its spread per count of other requests in
+    /// flight.
     decode_published: [AtomicU64; 2],
     ttft_slope_published: AtomicU64,
     ttft_intercepts_published: [AtomicU64; COUNTS],
+    ttft_spreads_published: [AtomicU64; COUNTS],
     models: Mutex<Models>,
 }
 
@@ -91,6 +96,10 @@ impl Default for LatencyEstimate {
                 .prefill
                 .intercepts()
                 .map(|intercept| AtomicU64::new(intercept.to_bits())),
+            ttft_spreads_published: models
+                .prefill
+                .spreads()
+                .map(|spread| AtomicU64::new(spread.to_bits())),
             models: Mutex::new(models),
         }
     }
@@ -115,6 +124,8 @@ pub struct EstimateView {
     pub ttft_seconds_per_token: f64,
     /// TTFT at zero prompt tokens by other requests in flight (index).
     pub ttft_intercepts: Vec<f64>,
+    /// How widely TTFTs spread around those, by the same index (standard deviations).
+    pub ttft_spreads: Vec<f64>,
     pub decode: (f64, f64),
     pub pending_prefill_tokens: u64,
     pub placements: u64,
@@ -142,10 +153,13 @@ impl LatencyEstimate {
         let slope = f64::from_bits(self.ttft_slope_published.load(Ordering::Relaxed));
         let (c, d) = read(&self.decode_published);
         let others = slot(in_flight.saturating_sub(1));
-        let intercept =
-            f64::from_bits(self.ttft_intercepts_published[others].load(Ordering::Relaxed));
+        let read_at = |published: &[AtomicU64; COUNTS]| {
+            f64::from_bits(published[others].load(Ordering::Relaxed))
+        };
         Predicted {
-            ttft: intercept + slope * (queued_ahead + prompt_tokens) as f64,
+            ttft: read_at(&self.ttft_intercepts_published)
+                + slope * (queued_ahead + prompt_tokens) as f64,
+            ttft_spread: read_at(&self.ttft_spreads_published),
             tpot: c + d * in_flight as f64,
         }
     }
@@ -159,6 +173,10 @@ impl LatencyEstimate {
         let intercepts = models.prefill.intercepts();
         for (published, intercept) in self.ttft_intercepts_published.iter().zip(intercepts) {
             published.store(intercept.to_bits(), Ordering::Relaxed);
+        }
+        let spreads = models.prefill.spreads();
+        for (published, spread) in self.ttft_spreads_published.iter().zip(spreads) {
+            published.store(spread.to_bits(), Ordering::Relaxed);
         }
     }
 
@@ -185,6 +203,11 @@ impl LatencyEstimate {
                 .ttft_intercepts_published
                 .iter()
                 .map(|intercept| f64::from_bits(intercept.load(Ordering::Relaxed)))
+                .collect(),
+            ttft_spreads: self
+                .ttft_spreads_published
+                .iter()
+                .map(|spread| f64::from_bits(spread.load(Ordering::Relaxed)))
                 .collect(),
             decode: read(&self.decode_published),
             pending_prefill_tokens: self.pending_prefill_tokens(),
@@ -250,6 +273,19 @@ impl LatencyProbe {
         self.replica.latency.observe_prefill(tokens, self.others, ttft);
         let measured = ttft.as_secs_f64();
         (measured > 0.0).then(|| (self.predicted_ttft - measured).abs() / measured)
+    }
+
+    /// Another send of the same request answered first, at `now`, and this one was given up
+    /// unanswered: its first token would have come later than that, and the prefill model
+    /// learns the wait so far as its TTFT (a lower bound). Left out, the placements a hedge
+    /// rescued would never be seen as slow, and the model would keep making them.
+    pub fn abandoned(&mut self, now: Instant) {
+        if !self.close_prefill() {
+            return;
+        }
+        let waited = now.saturating_duration_since(self.placed_at);
+        let tokens = self.queued_ahead + self.prompt_tokens;
+        self.replica.latency.observe_prefill(tokens, self.others, waited);
     }
 
     /// The stream ended complete with `tpot`: the decode model learns, against the mean of

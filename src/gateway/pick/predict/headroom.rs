@@ -5,6 +5,7 @@
 //! ```text
 //! others   = requests in flight on the replica (this one not included)
 //! ttft     = ttft_base[others] + prefill_slope * (pending_prefill_tokens + prompt_tokens)
+//!          + TTFT_SPREADS * ttft_spread[others]
 //! tpot     = decode_intercept  + decode_slope  * (others + 1)
 //! headroom = min(1 - ttft / slo.ttft, 1 - tpot / slo.tpot) - failures
 //! fits     = headroom >= 1 - FIT_SHARE      (both predictions within 90% of the SLO)
@@ -44,6 +45,10 @@ pub const EXPLORE_EVERY: u64 = 32;
 /// Share of each objective a prediction must stay within to count as meeting it: a
 /// prediction is a mean, and a mean right at the objective misses it half the time.
 pub const FIT_SHARE: f64 = 0.9;
+
+/// Standard deviations above its mean at which a replica's TTFT is judged against the
+/// objective.
+pub const TTFT_SPREADS: f64 = 1.0;
 
 /// The policy: its generator and its count of picks.
 #[derive(Debug)]
@@ -88,8 +93,12 @@ impl Margins {
         let estimate = &replica.latency;
         let predicted =
             estimate.predict(estimate.pending_prefill_tokens(), request.prompt_tokens, in_flight);
+        // The TTFT judged is a spread above the mean: where first tokens are fast or late
+        // by which API process takes the connection, the mean alone meets an objective
+        // that many requests miss.
+        let ttft = predicted.ttft + TTFT_SPREADS * predicted.ttft_spread;
         Self {
-            ttft: 1.0 - predicted.ttft / request.slo.ttft.as_secs_f64().max(1e-6),
+            ttft: 1.0 - ttft / request.slo.ttft.as_secs_f64().max(1e-6),
             tpot: 1.0 - predicted.tpot / request.slo.tpot.as_secs_f64().max(1e-6),
             failures: replica.load.failures() as f64,
         }

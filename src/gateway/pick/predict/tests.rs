@@ -83,6 +83,23 @@ fn pending_prefill_tokens_are_owed_from_placement_to_first_token_or_drop() {
     assert_eq!(replica.latency.pending_prefill_tokens(), 0);
 }
 
+#[test]
+fn a_send_given_up_for_a_hedge_is_learned_as_slow_and_a_dropped_one_is_not() {
+    let replica = replicas(1).remove(0);
+    let now = Instant::now();
+    let prior = replica.latency.view().ttft_intercepts[0];
+    drop(LatencyProbe::begin(replica.clone(), 1000, now));
+    assert_eq!(replica.latency.samples().0, 0, "a dropped send teaches nothing");
+    // Unanswered 800 ms on, when the hedge answered: its first token would have come later.
+    let mut given_up = LatencyProbe::begin(replica.clone(), 1000, now);
+    given_up.abandoned(now + Duration::from_millis(800));
+    given_up.abandoned(now + Duration::from_millis(900));
+    assert_eq!(replica.latency.samples().0, 1, "learned once");
+    assert_eq!(replica.latency.pending_prefill_tokens(), 0);
+    let learned = replica.latency.view().ttft_intercepts[0];
+    assert!(learned > prior + 0.2, "prior {prior}, after a slow send {learned}");
+}
+
 /// Share of `picks` requests (70% 1000, 30% 9000 tokens) each of `set` serves, feeding the
 /// scripted speeds back; four requests stay in flight on the replica they went to.
 fn shares(
@@ -257,4 +274,27 @@ fn past_capacity_a_predicted_ttft_miss_is_preferred_to_a_predicted_tpot_miss() {
     // it takes the request over r1's TTFT miss (the overflow test above has the same).
     let request = with_slo(1000, 500, 28);
     assert_eq!(policy.pick_for(&set, &context(), &request), Some(0));
+}
+
+#[test]
+fn a_replica_whose_first_tokens_are_often_late_loses_to_a_steady_one_with_a_like_mean() {
+    let set = replicas(2);
+    // With 3 others in flight, r0's first token comes in 100 ms on two requests of three
+    // and in 900 ms on the third (its API process busy streaming): a 367 ms mean under a
+    // 500 ms objective that a third of its requests miss. r1's comes in 380 ms every time.
+    for n in 0..60 {
+        train(&set[0], 1, 3, 1000, if n % 3 == 0 { 0.9 } else { 0.1 }, 0.015);
+    }
+    train(&set[1], 60, 3, 1000, 0.38, 0.015);
+    let mean = |replica: &Replica| replica.latency.predict(0, 1000, 4).ttft;
+    assert!(mean(&set[0]) < 0.45 && mean(&set[1]) < 0.45, "both means within 90%");
+    for replica in &set {
+        replica.load.in_flight.store(3, Ordering::Relaxed);
+    }
+    let policy = PredictedLatency::new(4).with_explore_every(0);
+    let request = with_slo(1000, 500, 50);
+    // Equally loaded, both meeting the objective on their means: the spread decides.
+    for _ in 0..50 {
+        assert_eq!(policy.pick_for(&set, &context(), &request), Some(1));
+    }
 }
