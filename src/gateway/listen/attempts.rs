@@ -4,8 +4,7 @@
 //! written, or the replica answered 503 before any byte went to the client; and only while
 //! the retry budget allows. A streamed request its replica has not answered in time is
 //! also sent once more ([`super::hedge`]), and the first answer wins. Every outcome of the
-//! send that answered feeds passive health; a hedge's loser feeds only its replica's
-//! latency model, the wait it was given up after as a lower bound of its TTFT.
+//! send that answered feeds passive health (a hedge's loser is dropped unrecorded).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -138,7 +137,6 @@ pub async fn forward(
                 state.shared.reliability_metrics.hedges.with_label_values(&["won"]).inc();
                 replica = hedge_guard.replica().clone();
                 prefix_feedback = key.as_ref().map(|key| prefix.place(&replica, key));
-                placement.abandoned(Instant::now());
                 placement = hedge_probe;
                 guard = hedge_guard;
                 Ok(response)

@@ -122,12 +122,17 @@ impl TtftByConcurrency {
 
     /// The standard deviation of each count's TTFTs around its intercept, net of the slope:
     /// each count's own, shrunk toward the count below while its samples are few or old
-    /// (count zero toward none).
+    /// (count zero toward none), and raised where needed so that `intercept + spread` never
+    /// falls as the count grows. A count where every first token is late spreads less
+    /// than one where some are fast; read alone, the busier replica would look the safer.
     pub fn spreads(&self) -> [f64; COUNTS] {
         let slope = self.slope();
+        let intercepts = self.intercepts();
         let mut spreads = [0.0; COUNTS];
-        let mut toward = 0.0;
-        for (spread, [weight, x, y, xx, xy, yy]) in spreads.iter_mut().zip(self.sums) {
+        let (mut toward, mut upper) = (0.0, f64::NEG_INFINITY);
+        for ((spread, intercept), [weight, x, y, xx, xy, yy]) in
+            spreads.iter_mut().zip(intercepts).zip(self.sums)
+        {
             // Sums of the residuals `ttft - slope * tokens` and of their squares.
             let residuals = y - slope * x;
             let squares = yy - 2.0 * slope * xy + slope * slope * xx;
@@ -137,8 +142,8 @@ impl TtftByConcurrency {
                 0.0
             };
             let variance = (scatter + NEIGHBOUR_WEIGHT * toward) / (weight + NEIGHBOUR_WEIGHT);
-            *spread = variance.sqrt();
-            toward = variance;
+            *spread = variance.sqrt().max(upper - intercept);
+            (toward, upper) = (variance, intercept + *spread);
         }
         spreads
     }
@@ -198,6 +203,21 @@ mod tests {
         assert!((model.intercepts()[5] - 0.367).abs() < 0.03, "{:?}", model.intercepts());
         // Never seen beyond 5: read as 5.
         assert!((spreads[12] - spreads[5]).abs() < 0.01, "{spreads:?}");
+    }
+
+    #[test]
+    fn mean_plus_spread_never_falls_as_the_count_grows() {
+        let mut model = model();
+        // Count 5 fast or late (367 ms mean, 377 ms spread); count 8 late every time
+        // (600 ms, no spread): more in flight must not read as safer.
+        for n in 0..300u64 {
+            model.observe(5, 1000.0, if n % 3 == 0 { 0.9 } else { 0.1 });
+            model.observe(8, 1000.0, 0.6);
+        }
+        let (intercepts, spreads) = (model.intercepts(), model.spreads());
+        let upper: Vec<f64> = intercepts.iter().zip(spreads).map(|(i, s)| i + s).collect();
+        assert!(upper.windows(2).all(|pair| pair[1] >= pair[0] - 1e-12), "{upper:?}");
+        assert!(upper[8] >= upper[5] - 1e-12 && upper[5] > 0.7, "{upper:?}");
     }
 
     #[test]

@@ -275,19 +275,6 @@ impl LatencyProbe {
         (measured > 0.0).then(|| (self.predicted_ttft - measured).abs() / measured)
     }
 
-    /// Another send of the same request answered first, at `now`, and this one was given up
-    /// unanswered: its first token would have come later than that, and the prefill model
-    /// learns the wait so far as its TTFT (a lower bound). Left out, the placements a hedge
-    /// rescued would never be seen as slow, and the model would keep making them.
-    pub fn abandoned(&mut self, now: Instant) {
-        if !self.close_prefill() {
-            return;
-        }
-        let waited = now.saturating_duration_since(self.placed_at);
-        let tokens = self.queued_ahead + self.prompt_tokens;
-        self.replica.latency.observe_prefill(tokens, self.others, waited);
-    }
-
     /// The stream ended complete with `tpot`: the decode model learns, against the mean of
     /// the streams in flight at its first token and at its end (a replica taking on load
     /// while the stream decoded slowed it more than the count at the start says).

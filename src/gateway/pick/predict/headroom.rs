@@ -5,7 +5,7 @@
 //! ```text
 //! others   = requests in flight on the replica (this one not included)
 //! ttft     = ttft_base[others] + prefill_slope * (pending_prefill_tokens + prompt_tokens)
-//!          + TTFT_SPREADS * ttft_spread[others]
+//!          + ttft_spread[others]       (one spread above the mean; never falls as others grow)
 //! tpot     = decode_intercept  + decode_slope  * (others + 1)
 //! headroom = min(1 - ttft / slo.ttft, 1 - tpot / slo.tpot) - failures
 //! fits     = headroom >= 1 - FIT_SHARE      (both predictions within 90% of the SLO)
@@ -45,10 +45,6 @@ pub const EXPLORE_EVERY: u64 = 32;
 /// Share of each objective a prediction must stay within to count as meeting it: a
 /// prediction is a mean, and a mean right at the objective misses it half the time.
 pub const FIT_SHARE: f64 = 0.9;
-
-/// Standard deviations above its mean at which a replica's TTFT is judged against the
-/// objective.
-pub const TTFT_SPREADS: f64 = 1.0;
 
 /// The policy: its generator and its count of picks.
 #[derive(Debug)]
@@ -96,7 +92,7 @@ impl Margins {
         // The TTFT judged is a spread above the mean: where first tokens are fast or late
         // by which API process takes the connection, the mean alone meets an objective
         // that many requests miss.
-        let ttft = predicted.ttft + TTFT_SPREADS * predicted.ttft_spread;
+        let ttft = predicted.ttft + predicted.ttft_spread;
         Self {
             ttft: 1.0 - ttft / request.slo.ttft.as_secs_f64().max(1e-6),
             tpot: 1.0 - predicted.tpot / request.slo.tpot.as_secs_f64().max(1e-6),

@@ -83,23 +83,6 @@ fn pending_prefill_tokens_are_owed_from_placement_to_first_token_or_drop() {
     assert_eq!(replica.latency.pending_prefill_tokens(), 0);
 }
 
-#[test]
-fn a_send_given_up_for_a_hedge_is_learned_as_slow_and_a_dropped_one_is_not() {
-    let replica = replicas(1).remove(0);
-    let now = Instant::now();
-    let prior = replica.latency.view().ttft_intercepts[0];
-    drop(LatencyProbe::begin(replica.clone(), 1000, now));
-    assert_eq!(replica.latency.samples().0, 0, "a dropped send teaches nothing");
-    // Unanswered 800 ms on, when the hedge answered: its first token would have come later.
-    let mut given_up = LatencyProbe::begin(replica.clone(), 1000, now);
-    given_up.abandoned(now + Duration::from_millis(800));
-    given_up.abandoned(now + Duration::from_millis(900));
-    assert_eq!(replica.latency.samples().0, 1, "learned once");
-    assert_eq!(replica.latency.pending_prefill_tokens(), 0);
-    let learned = replica.latency.view().ttft_intercepts[0];
-    assert!(learned > prior + 0.2, "prior {prior}, after a slow send {learned}");
-}
-
 /// Share of `picks` requests (70% 1000, 30% 9000 tokens) each of `set` serves, feeding the
 /// scripted speeds back; four requests stay in flight on the replica they went to.
 fn shares(
