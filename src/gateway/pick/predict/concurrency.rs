@@ -106,7 +106,11 @@ impl TtftByConcurrency {
 
     /// TTFT at zero prompt tokens for each count of other requests in flight.
     pub fn intercepts(&self) -> [f64; COUNTS] {
-        let slope = self.slope();
+        self.intercepts_at(self.slope())
+    }
+
+    /// [`Self::intercepts`] net of `slope` (the model's own, computed once by the caller).
+    pub fn intercepts_at(&self, slope: f64) -> [f64; COUNTS] {
         let mut intercepts = [self.prior_intercept; COUNTS];
         // Count zero is shrunk toward the prior, every other count toward the one below,
         // which it never falls under.
@@ -127,11 +131,15 @@ impl TtftByConcurrency {
     /// than one where some are fast; read alone, the busier replica would look the safer.
     pub fn spreads(&self) -> [f64; COUNTS] {
         let slope = self.slope();
-        let intercepts = self.intercepts();
+        self.spreads_at(slope, &self.intercepts_at(slope))
+    }
+
+    /// [`Self::spreads`] around `intercepts`, net of `slope` (the model's own).
+    pub fn spreads_at(&self, slope: f64, intercepts: &[f64; COUNTS]) -> [f64; COUNTS] {
         let mut spreads = [0.0; COUNTS];
         let (mut toward, mut upper) = (0.0, f64::NEG_INFINITY);
         for ((spread, intercept), [weight, x, y, xx, xy, yy]) in
-            spreads.iter_mut().zip(intercepts).zip(self.sums)
+            spreads.iter_mut().zip(intercepts.iter().copied()).zip(self.sums)
         {
             // Sums of the residuals `ttft - slope * tokens` and of their squares.
             let residuals = y - slope * x;

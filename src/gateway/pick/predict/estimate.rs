@@ -169,12 +169,13 @@ impl LatencyEstimate {
     pub fn observe_prefill(&self, tokens: u64, others: u64, ttft: Duration) {
         let mut models = self.models.lock();
         models.prefill.observe(others, tokens as f64, ttft.as_secs_f64());
-        self.ttft_slope_published.store(models.prefill.slope().to_bits(), Ordering::Relaxed);
-        let intercepts = models.prefill.intercepts();
+        let slope = models.prefill.slope();
+        self.ttft_slope_published.store(slope.to_bits(), Ordering::Relaxed);
+        let intercepts = models.prefill.intercepts_at(slope);
         for (published, intercept) in self.ttft_intercepts_published.iter().zip(intercepts) {
             published.store(intercept.to_bits(), Ordering::Relaxed);
         }
-        let spreads = models.prefill.spreads();
+        let spreads = models.prefill.spreads_at(slope, &intercepts);
         for (published, spread) in self.ttft_spreads_published.iter().zip(spreads) {
             published.store(spread.to_bits(), Ordering::Relaxed);
         }
