@@ -95,11 +95,8 @@ impl Default for LatencyEstimate {
             ttft_intercepts_published: models
                 .prefill
                 .intercepts()
-                .map(|intercept| AtomicU64::new(intercept.to_bits())),
-            ttft_spreads_published: models
-                .prefill
-                .spreads()
-                .map(|spread| AtomicU64::new(spread.to_bits())),
+                .map(|v| AtomicU64::new(v.to_bits())),
+            ttft_spreads_published: models.prefill.spreads().map(|v| AtomicU64::new(v.to_bits())),
             models: Mutex::new(models),
         }
     }
@@ -116,6 +113,18 @@ fn publish(pair: &[AtomicU64; 2], line: &DecayedLine) {
     let (a, b) = line.coefficients();
     pair[0].store(a.to_bits(), Ordering::Relaxed);
     pair[1].store(b.to_bits(), Ordering::Relaxed);
+}
+
+/// Publishes one value per in-flight count.
+fn store_each(published: &[AtomicU64; COUNTS], values: &[f64; COUNTS]) {
+    for (published, value) in published.iter().zip(values) {
+        published.store(value.to_bits(), Ordering::Relaxed);
+    }
+}
+
+/// Reads what [`store_each`] published.
+fn load_each(published: &[AtomicU64; COUNTS]) -> Vec<f64> {
+    published.iter().map(|value| f64::from_bits(value.load(Ordering::Relaxed))).collect()
 }
 
 /// What an estimate holds, for the admin API (seconds).
@@ -172,13 +181,8 @@ impl LatencyEstimate {
         let slope = models.prefill.slope();
         self.ttft_slope_published.store(slope.to_bits(), Ordering::Relaxed);
         let intercepts = models.prefill.intercepts_at(slope);
-        for (published, intercept) in self.ttft_intercepts_published.iter().zip(intercepts) {
-            published.store(intercept.to_bits(), Ordering::Relaxed);
-        }
-        let spreads = models.prefill.spreads_at(slope, &intercepts);
-        for (published, spread) in self.ttft_spreads_published.iter().zip(spreads) {
-            published.store(spread.to_bits(), Ordering::Relaxed);
-        }
+        store_each(&self.ttft_intercepts_published, &intercepts);
+        store_each(&self.ttft_spreads_published, &models.prefill.spreads_at(slope, &intercepts));
     }
 
     /// A stream that had `in_flight` streams on the replica (on average) decoded at `tpot`.
@@ -200,16 +204,8 @@ impl LatencyEstimate {
             ttft_seconds_per_token: f64::from_bits(
                 self.ttft_slope_published.load(Ordering::Relaxed),
             ),
-            ttft_intercepts: self
-                .ttft_intercepts_published
-                .iter()
-                .map(|intercept| f64::from_bits(intercept.load(Ordering::Relaxed)))
-                .collect(),
-            ttft_spreads: self
-                .ttft_spreads_published
-                .iter()
-                .map(|spread| f64::from_bits(spread.load(Ordering::Relaxed)))
-                .collect(),
+            ttft_intercepts: load_each(&self.ttft_intercepts_published),
+            ttft_spreads: load_each(&self.ttft_spreads_published),
             decode: read(&self.decode_published),
             pending_prefill_tokens: self.pending_prefill_tokens(),
             placements: self.placements(),
