@@ -1,7 +1,9 @@
 //! Hedged sends: a streamed request its replica has not answered after `slo.hedge_percent`
 //! of its TTFT objective is sent once more, and the first answer wins; a request that is
 //! not streamed is never hedged; a prefix-aware hedge goes where the first send went when
-//! that is where the conversation lives.
+//! that is where the conversation lives; a hedge takes a place among its replica's
+//! unanswered streams and is not sent where there is none; a send that fails counts against
+//! its replica's health whichever send answered.
 
 use std::sync::Arc;
 
@@ -9,8 +11,11 @@ use tokio::sync::{mpsc, oneshot};
 
 use laneway::gateway::config::PolicyKind;
 
+use crate::support::gateway::wait_until;
 use crate::support::gateway::{loopback_config, replica, sample, start_gateway, with_policy};
-use crate::support::holding::{next_arrival, send_chat, send_chat_with, start_holding_stub};
+use crate::support::holding::{
+    Reply, fail, next_arrival, send_chat, send_chat_with, start_holding_stub, start_scripted_stub,
+};
 
 /// Two holding replicas whose arrivals reach the test through one channel, and a gateway
 /// hedging after 10% of a 1 s TTFT objective.
@@ -74,11 +79,11 @@ async fn a_request_that_is_not_streamed_is_not_hedged() {
     assert_eq!(hedges(&gateway, "sent"), 1.0);
 }
 
-/// The next request to reach either of two holding replicas: which one, and its go-ahead.
-async fn next_arrival_at(
-    a: &mut mpsc::UnboundedReceiver<oneshot::Sender<()>>,
-    b: &mut mpsc::UnboundedReceiver<oneshot::Sender<()>>,
-) -> (&'static str, oneshot::Sender<()>) {
+/// The next request to reach either of two scripted replicas: which one, and its go-ahead.
+async fn next_arrival_at<T>(
+    a: &mut mpsc::UnboundedReceiver<oneshot::Sender<T>>,
+    b: &mut mpsc::UnboundedReceiver<oneshot::Sender<T>>,
+) -> (&'static str, oneshot::Sender<T>) {
     tokio::select! {
         answer = next_arrival(a) => ("a", answer),
         answer = next_arrival(b) => ("b", answer),
@@ -116,4 +121,72 @@ async fn a_hedge_of_a_conversation_goes_to_its_replica_on_a_fresh_connection() {
     assert_eq!(turn.await.unwrap(), 200);
     assert_eq!((hedges(&gateway, "sent"), hedges(&gateway, "won")), (1.0, 1.0));
     drop(first);
+}
+
+#[tokio::test]
+async fn a_hedge_is_not_sent_to_a_replica_with_no_unanswered_place() {
+    let (addr, mut arrivals) = start_holding_stub().await;
+    let mut config = loopback_config(vec![replica("a", addr)]);
+    config.short.slo.hedge_percent = 10;
+    config.reliability.admission.max_unanswered_per_replica = 1;
+    let gateway = Arc::new(start_gateway(config).await);
+    // The replica's one place for an unanswered stream is this request's.
+    let client = send_chat(&gateway, true);
+    let arrival = next_arrival(&mut arrivals).await;
+    // It passes its hedge point (100 ms) unanswered; the only replica has no place free,
+    // so it is not sent again.
+    wait_until("the hedge refused", || hedges(&gateway, "no_room") == 1.0).await;
+    assert_eq!(hedges(&gateway, "sent"), 0.0);
+    assert!(arrivals.try_recv().is_err(), "a hedge reached a replica with no place");
+    arrival.send(()).unwrap();
+    assert_eq!(client.await.unwrap(), 200);
+}
+
+/// Two scripted replicas behind a least-queue gateway that hedges after 100 ms and ejects a
+/// replica at its first failure (one of the two may be out).
+async fn two_scripted_replicas()
+-> (Arc<laneway::gateway::GatewayHandle>, [mpsc::UnboundedReceiver<oneshot::Sender<Reply>>; 2]) {
+    let (a_addr, a) = start_scripted_stub().await;
+    let (b_addr, b) = start_scripted_stub().await;
+    let replicas = vec![replica("a", a_addr), replica("b", b_addr)];
+    let mut config = with_policy(loopback_config(replicas), PolicyKind::LeastQueue);
+    config.short.slo.hedge_percent = 10;
+    config.reliability.health.consecutive_failures = 1;
+    config.reliability.health.max_ejected_percent = 50;
+    (Arc::new(start_gateway(config).await), [a, b])
+}
+
+fn ejections(gateway: &laneway::gateway::GatewayHandle, replica: &str) -> f64 {
+    let prefix =
+        format!("laneway_replica_ejections_total{{reason=\"reset\",replica=\"{replica}\"}}");
+    sample(&gateway.metrics_text(), &prefix).unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn a_hedge_that_fails_counts_against_its_replica_while_the_first_send_answers() {
+    let (gateway, [mut a, mut b]) = two_scripted_replicas().await;
+    let client = send_chat(&gateway, true);
+    let (first_at, first) = next_arrival_at(&mut a, &mut b).await;
+    let (hedged_at, hedge) = next_arrival_at(&mut a, &mut b).await;
+    assert_ne!(first_at, hedged_at, "least queue sends the hedge to the idle replica");
+    fail(hedge).await;
+    first.send(Reply::Answer).unwrap();
+    assert_eq!(client.await.unwrap(), 200);
+    assert_eq!((hedges(&gateway, "sent"), hedges(&gateway, "won")), (1.0, 0.0));
+    assert_eq!((ejections(&gateway, hedged_at), ejections(&gateway, first_at)), (1.0, 0.0));
+}
+
+#[tokio::test]
+async fn a_first_send_that_fails_counts_against_its_replica_while_the_hedge_answers() {
+    let (gateway, [mut a, mut b]) = two_scripted_replicas().await;
+    let client = send_chat(&gateway, true);
+    let (first_at, first) = next_arrival_at(&mut a, &mut b).await;
+    let (hedged_at, hedge) = next_arrival_at(&mut a, &mut b).await;
+    assert_ne!(first_at, hedged_at, "least queue sends the hedge to the idle replica");
+    // The first send fails after the hedge started; the hedge's answer reaches the client.
+    fail(first).await;
+    hedge.send(Reply::Answer).unwrap();
+    assert_eq!(client.await.unwrap(), 200);
+    assert_eq!((hedges(&gateway, "sent"), hedges(&gateway, "won")), (1.0, 1.0));
+    assert_eq!((ejections(&gateway, first_at), ejections(&gateway, hedged_at)), (1.0, 0.0));
 }

@@ -4,7 +4,8 @@
 //! written, or the replica answered 503 before any byte went to the client; and only while
 //! the retry budget allows. A streamed request its replica has not answered in time is
 //! also sent once more ([`super::hedge`]), and the first answer wins. Every outcome of the
-//! send that answered feeds passive health (a hedge's loser is dropped unrecorded).
+//! send that answered feeds passive health, and so does a send that failed while the other
+//! answered (a send dropped because the other answered first is not recorded).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -123,7 +124,7 @@ pub async fn forward(
         state.metrics.record_overhead(OverheadPhase::Request, ctx.received_at);
         let first = connector.send_by(&replica, upstream_request, None, deadline);
         let hedged = match hedge_after(&request, attempt) {
-            None => Hedged::First(first.await),
+            None => Hedged::First(first.await, None),
             Some(after) => {
                 let prompt = prompt.as_ref();
                 let start = || start_hedge(state, &request, prompt, ctx.prompt_tokens, deadline);
@@ -132,8 +133,16 @@ pub async fn forward(
         };
         drop(answer_place);
         let sent = match hedged {
-            Hedged::First(sent) => sent,
-            Hedged::Second(response, (hedge_guard, hedge_probe)) => {
+            Hedged::First(sent, failed_hedge) => {
+                if let Some(((hedge_guard, _), error)) = failed_hedge {
+                    record_send_failure(state, hedge_guard.replica(), &error);
+                }
+                sent
+            }
+            Hedged::Second(response, (hedge_guard, hedge_probe), first_failed) => {
+                if let Some(error) = first_failed {
+                    record_send_failure(state, &replica, &error);
+                }
                 state.shared.reliability_metrics.hedges.with_label_values(&["won"]).inc();
                 replica = hedge_guard.replica().clone();
                 prefix_feedback = key.as_ref().map(|key| prefix.place(&replica, key));
@@ -160,16 +169,8 @@ pub async fn forward(
             }
             Err(error) => {
                 drop(guard);
-                if let Some(reason) = error.replica_failure() {
-                    state.health.record_failure(&replica, reason);
-                }
-                if !error.retry_allowed() {
-                    return Err(error);
-                }
-                if let GatewayError::UpstreamConnect { .. } = error {
-                    replica.load.record_failure();
-                }
-                if last {
+                record_send_failure(state, &replica, &error);
+                if !error.retry_allowed() || last {
                     return Err(error);
                 }
                 Retryable::Refused(error)
@@ -209,13 +210,26 @@ fn hedge_after(request: &Forwarding<'_>, attempt: u32) -> Option<std::time::Dura
     (request.streams && attempt == 1).then(|| request.shape.slo.hedge_after())?
 }
 
+/// A send that failed: its replica's passive health counts it (and its load a refused
+/// connection), whether or not the request was answered by another send.
+fn record_send_failure(state: &GatewayState, replica: &Replica, error: &GatewayError) {
+    if let Some(reason) = error.replica_failure() {
+        state.health.record_failure(replica, reason);
+    }
+    if let GatewayError::UpstreamConnect { .. } = error {
+        replica.load.record_failure();
+    }
+}
+
 /// What a hedge holds while it runs: its place on its replica and its latency probe.
 type HedgePlace = (InFlightGuard, LatencyProbe);
 
-/// A hedge: a place on the replica the policy picks now and the send there, if the retry
-/// budget allows one more send. The pick sees the prompt as the first one did, so a
-/// prefix-aware policy keeps the hedge where the prompt is cached: often the same replica,
-/// on a fresh connection that another of its API processes may take.
+/// A hedge: a place on the replica the policy picks now and the send there, if that
+/// replica has room for one more unanswered stream (a hedge that waits there would only
+/// add to its backlog) and the retry budget allows one more send. The pick sees the prompt
+/// as the first one did, so a prefix-aware policy keeps the hedge where the prompt is
+/// cached: often the same replica, on a fresh connection that another of its API
+/// processes may take.
 fn start_hedge<'a>(
     state: &'a GatewayState,
     request: &'a Forwarding<'_>,
@@ -223,12 +237,18 @@ fn start_hedge<'a>(
     prompt_tokens: u64,
     deadline: tokio::time::Instant,
 ) -> Option<(HedgePlace, impl Future<Output = Result<Response<UpstreamBody>, GatewayError>> + 'a)> {
-    let limit = state.shared.admission.limits().max_in_flight_per_replica;
+    let limits = state.shared.admission.limits();
+    let limit = limits.max_in_flight_per_replica;
     let variant: &Variant = request.variant;
     let next =
         variant.pick_for(&state.picker, request.serving, None, limit, &request.shape, prompt)?;
-    let guard = InFlightGuard::try_acquire(next.clone(), prompt_tokens, limit)?;
     let hedges = &state.shared.reliability_metrics.hedges;
+    let unanswered = limits.max_unanswered_per_replica;
+    if !next.load.answer_gate.has_room(unanswered) {
+        hedges.with_label_values(&["no_room"]).inc();
+        return None;
+    }
+    let guard = InFlightGuard::try_acquire(next.clone(), prompt_tokens, limit)?;
     if !state.shared.retry_budget.try_withdraw() {
         hedges.with_label_values(&["denied"]).inc();
         return None;
@@ -237,7 +257,16 @@ fn start_hedge<'a>(
     let probe = LatencyProbe::begin(next.clone(), prompt_tokens, Instant::now());
     let connector = &request.variant.connector;
     let upstream_request = rebuild(request.parts, full(request.body.clone()));
-    let send = async move { connector.send_by(&next, upstream_request, None, deadline).await };
+    let send = async move {
+        // Its place among the replica's unanswered streams, held until it answers (or is
+        // dropped: the first send answered). Free when picked; on a multi-threaded runtime
+        // another request may take it first, and the hedge then waits as anyone would.
+        let gate = next.load.answer_gate.enter(unanswered);
+        let Ok(_answer_place) = tokio::time::timeout_at(deadline, gate).await else {
+            return Err(connector.first_byte_timed_out(&next));
+        };
+        connector.send_by(&next, upstream_request, None, deadline).await
+    };
     Some(((guard, probe), send))
 }
 

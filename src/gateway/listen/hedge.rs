@@ -14,12 +14,16 @@ use std::time::Duration;
 
 use crate::gateway::error::GatewayError;
 
-/// Which send answered (`R`: the response).
+/// Which send answered (`R`: the response), and the other's error if it failed: a send
+/// that failed is the failing replica's to answer for (passive health), even when the
+/// other send answered; a send dropped because the other answered first is not.
 pub enum Hedged<R, S> {
-    /// The first send's result (an error only if the hedge failed too or never started).
-    First(Result<R, GatewayError>),
-    /// The hedge answered first: its response and what it was started with.
-    Second(R, S),
+    /// The first send's result (an error only if the hedge failed too or never started),
+    /// and the hedge (what it was started with) if it failed.
+    First(Result<R, GatewayError>, Option<(S, GatewayError)>),
+    /// The hedge answered first: its response, what it was started with, and the first
+    /// send's error if that failed before.
+    Second(R, S, Option<GatewayError>),
 }
 
 /// Runs `first`; if it has not finished within `after`, `start_second` may start another
@@ -35,24 +39,24 @@ where
 {
     let mut first = std::pin::pin!(first);
     tokio::select! {
-        sent = &mut first => return Hedged::First(sent),
+        sent = &mut first => return Hedged::First(sent, None),
         () = tokio::time::sleep(after) => {}
     }
     let Some((started, second)) = start_second() else {
-        return Hedged::First(first.await);
+        return Hedged::First(first.await, None);
     };
     let mut second = std::pin::pin!(second);
     tokio::select! {
         sent = &mut first => match sent {
-            Ok(response) => Hedged::First(Ok(response)),
-            Err(error) => match second.await {
-                Ok(response) => Hedged::Second(response, started),
-                Err(_) => Hedged::First(Err(error)),
+            Ok(response) => Hedged::First(Ok(response), None),
+            Err(first_error) => match second.await {
+                Ok(response) => Hedged::Second(response, started, Some(first_error)),
+                Err(error) => Hedged::First(Err(first_error), Some((started, error))),
             },
         },
         sent = &mut second => match sent {
-            Ok(response) => Hedged::Second(response, started),
-            Err(_) => Hedged::First(first.await),
+            Ok(response) => Hedged::Second(response, started, None),
+            Err(error) => Hedged::First(first.await, Some((started, error))),
         },
     }
 }
@@ -78,9 +82,20 @@ mod tests {
 
     fn status(hedged: &Hedged<u16, &'static str>) -> (Option<&'static str>, Option<u16>) {
         match hedged {
-            Hedged::First(Ok(status)) => (None, Some(*status)),
-            Hedged::First(Err(_)) => (None, None),
-            Hedged::Second(status, started) => (Some(*started), Some(*status)),
+            Hedged::First(Ok(status), _) => (None, Some(*status)),
+            Hedged::First(Err(_), _) => (None, None),
+            Hedged::Second(status, started, _) => (Some(*started), Some(*status)),
+        }
+    }
+
+    /// Which send failed without answering: `first`, the hedge's name, or both.
+    fn failed(hedged: &Hedged<u16, &'static str>) -> Vec<&'static str> {
+        match hedged {
+            Hedged::First(sent, hedge) => {
+                let first = sent.is_err().then_some("first");
+                first.into_iter().chain(hedge.as_ref().map(|(started, _)| *started)).collect()
+            }
+            Hedged::Second(_, _, first) => first.iter().map(|_| "first").collect(),
         }
     }
 
@@ -121,6 +136,29 @@ mod tests {
         let start = || Some(("hedge", refuse(10)));
         let hedged = send(refuse(200), Duration::from_millis(100), start).await;
         assert_eq!(status(&hedged), (None, None));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_send_is_reported_whichever_answered() {
+        // The hedge fails, the first answers.
+        let start = || Some(("hedge", refuse(10)));
+        let hedged = send(answer(1000, 200), Duration::from_millis(100), start).await;
+        assert_eq!(failed(&hedged), ["hedge"]);
+        // The first fails after the hedge started, the hedge answers.
+        let start = || Some(("hedge", answer(500, 201)));
+        let hedged = send(refuse(200), Duration::from_millis(100), start).await;
+        assert_eq!(failed(&hedged), ["first"]);
+        // Both fail.
+        let start = || Some(("hedge", refuse(10)));
+        let hedged = send(refuse(200), Duration::from_millis(100), start).await;
+        assert_eq!(failed(&hedged), ["first", "hedge"]);
+        // A send dropped because the other answered first did not fail.
+        let start = || Some(("hedge", answer(50, 201)));
+        let hedged = send(answer(1000, 200), Duration::from_millis(100), start).await;
+        assert!(failed(&hedged).is_empty());
+        let start = || Some(("hedge", answer(500, 201)));
+        let hedged = send(answer(200, 200), Duration::from_millis(100), start).await;
+        assert!(failed(&hedged).is_empty());
     }
 
     #[tokio::test(start_paused = true)]
