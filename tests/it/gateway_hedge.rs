@@ -124,6 +124,35 @@ async fn a_hedge_of_a_conversation_goes_to_its_replica_on_a_fresh_connection() {
 }
 
 #[tokio::test]
+async fn a_hedge_of_a_conversation_goes_elsewhere_when_its_replica_has_no_place() {
+    let (a_addr, mut a) = start_holding_stub().await;
+    let (b_addr, mut b) = start_holding_stub().await;
+    let replicas = vec![replica("a", a_addr), replica("b", b_addr)];
+    let mut config = with_policy(loopback_config(replicas), PolicyKind::PrefixAware);
+    config.short.slo.ttft = std::time::Duration::from_secs(600);
+    config.short.slo.hedge_percent = 10;
+    config.reliability.admission.max_unanswered_per_replica = 1;
+    let gateway = Arc::new(start_gateway(config).await);
+    let session = ("x-session-id", "conversation-1");
+    let first_turn = send_chat_with(&gateway, true, PROMPT_TOKENS, &[session]);
+    let (home, answer) = next_arrival_at(&mut a, &mut b).await;
+    answer.send(()).unwrap();
+    assert_eq!(first_turn.await.unwrap(), 200);
+    // The next turn's first send takes the home replica's one unanswered place: its hedge,
+    // which would go home too (the test above), goes to the replica with room.
+    let tight = ("x-laneway-slo-ttft-ms", "1000");
+    let turn = send_chat_with(&gateway, true, PROMPT_TOKENS, &[session, tight]);
+    let (placed, first) = next_arrival_at(&mut a, &mut b).await;
+    assert_eq!(placed, home, "the conversation left its replica");
+    let (hedged_at, second) = next_arrival_at(&mut a, &mut b).await;
+    assert_ne!(hedged_at, home, "the hedge waited behind its replica's backlog");
+    second.send(()).unwrap();
+    assert_eq!(turn.await.unwrap(), 200);
+    assert_eq!((hedges(&gateway, "sent"), hedges(&gateway, "no_room")), (1.0, 0.0));
+    drop(first);
+}
+
+#[tokio::test]
 async fn a_hedge_is_not_sent_to_a_replica_with_no_unanswered_place() {
     let (addr, mut arrivals) = start_holding_stub().await;
     let mut config = loopback_config(vec![replica("a", addr)]);
@@ -162,31 +191,40 @@ fn ejections(gateway: &laneway::gateway::GatewayHandle, replica: &str) -> f64 {
     sample(&gateway.metrics_text(), &prefix).unwrap_or(0.0)
 }
 
-#[tokio::test]
-async fn a_hedge_that_fails_counts_against_its_replica_while_the_first_send_answers() {
+/// Which of a hedged request's two sends fails (after the hedge started); the other answers.
+#[derive(Clone, Copy, PartialEq)]
+enum Failing {
+    First,
+    Hedge,
+}
+
+/// One streamed request, hedged between two scripted replicas, whose `failing` send fails
+/// and whose other send answers: the client gets the answer, and the failed send's replica,
+/// only it, is ejected (health ejects at one failure).
+async fn one_send_fails(failing: Failing) {
     let (gateway, [mut a, mut b]) = two_scripted_replicas().await;
     let client = send_chat(&gateway, true);
     let (first_at, first) = next_arrival_at(&mut a, &mut b).await;
     let (hedged_at, hedge) = next_arrival_at(&mut a, &mut b).await;
     assert_ne!(first_at, hedged_at, "least queue sends the hedge to the idle replica");
-    fail(hedge).await;
-    first.send(Reply::Answer).unwrap();
+    let ((failed_at, failed), (answered_at, answered)) = match failing {
+        Failing::First => ((first_at, first), (hedged_at, hedge)),
+        Failing::Hedge => ((hedged_at, hedge), (first_at, first)),
+    };
+    fail(failed).await;
+    answered.send(Reply::Answer).unwrap();
     assert_eq!(client.await.unwrap(), 200);
-    assert_eq!((hedges(&gateway, "sent"), hedges(&gateway, "won")), (1.0, 0.0));
-    assert_eq!((ejections(&gateway, hedged_at), ejections(&gateway, first_at)), (1.0, 0.0));
+    let won = if failing == Failing::First { 1.0 } else { 0.0 };
+    assert_eq!((hedges(&gateway, "sent"), hedges(&gateway, "won")), (1.0, won));
+    assert_eq!((ejections(&gateway, failed_at), ejections(&gateway, answered_at)), (1.0, 0.0));
+}
+
+#[tokio::test]
+async fn a_hedge_that_fails_counts_against_its_replica_while_the_first_send_answers() {
+    one_send_fails(Failing::Hedge).await;
 }
 
 #[tokio::test]
 async fn a_first_send_that_fails_counts_against_its_replica_while_the_hedge_answers() {
-    let (gateway, [mut a, mut b]) = two_scripted_replicas().await;
-    let client = send_chat(&gateway, true);
-    let (first_at, first) = next_arrival_at(&mut a, &mut b).await;
-    let (hedged_at, hedge) = next_arrival_at(&mut a, &mut b).await;
-    assert_ne!(first_at, hedged_at, "least queue sends the hedge to the idle replica");
-    // The first send fails after the hedge started; the hedge's answer reaches the client.
-    fail(first).await;
-    hedge.send(Reply::Answer).unwrap();
-    assert_eq!(client.await.unwrap(), 200);
-    assert_eq!((hedges(&gateway, "sent"), hedges(&gateway, "won")), (1.0, 1.0));
-    assert_eq!((ejections(&gateway, first_at), ejections(&gateway, hedged_at)), (1.0, 0.0));
+    one_send_fails(Failing::First).await;
 }

@@ -225,8 +225,9 @@ fn record_send_failure(state: &GatewayState, replica: &Replica, error: &GatewayE
 type HedgePlace = (InFlightGuard, LatencyProbe);
 
 /// A hedge: a place on the replica the policy picks now and the send there, if that
-/// replica has room for one more unanswered stream (a hedge that waits there would only
-/// add to its backlog) and the retry budget allows one more send. The pick sees the prompt
+/// replica has room for one more unanswered stream (else the next best replica, if it has:
+/// a hedge that waits behind a backlog would only lengthen it) and the retry budget allows
+/// one more send. The pick sees the prompt
 /// as the first one did, so a prefix-aware policy keeps the hedge where the prompt is
 /// cached: often the same replica, on a fresh connection that another of its API
 /// processes may take.
@@ -240,13 +241,22 @@ fn start_hedge<'a>(
     let limits = state.shared.admission.limits();
     let limit = limits.max_in_flight_per_replica;
     let variant: &Variant = request.variant;
-    let next =
-        variant.pick_for(&state.picker, request.serving, None, limit, &request.shape, prompt)?;
+    let pick = |exclude: Option<&str>| {
+        variant.pick_for(&state.picker, request.serving, exclude, limit, &request.shape, prompt)
+    };
     let hedges = &state.shared.reliability_metrics.hedges;
     let unanswered = limits.max_unanswered_per_replica;
-    if !next.load.answer_gate.has_room(unanswered) {
-        hedges.with_label_values(&["no_room"]).inc();
-        return None;
+    let has_room = |replica: &Replica| replica.load.answer_gate.has_room(unanswered);
+    let mut next = pick(None)?;
+    if !has_room(&next) {
+        // The best replica's backlog is full: the next best, if it has room.
+        match pick(Some(next.name.as_str())).filter(|other| has_room(other)) {
+            Some(other) => next = other,
+            None => {
+                hedges.with_label_values(&["no_room"]).inc();
+                return None;
+            }
+        }
     }
     let guard = InFlightGuard::try_acquire(next.clone(), prompt_tokens, limit)?;
     if !state.shared.retry_budget.try_withdraw() {
