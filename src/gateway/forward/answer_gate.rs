@@ -83,22 +83,6 @@ impl AnswerGate {
         }
     }
 
-    /// Whether a request may enter under `limit` now, without waiting behind anyone (a
-    /// hedge, which only helps if its replica takes it at once).
-    pub fn has_room(&self, limit: u64) -> bool {
-        if limit == NO_REPLICA_LIMIT {
-            return true;
-        }
-        if self.settled.load(Ordering::Acquire) == limit {
-            return self.places.available_permits() > 0;
-        }
-        self.resize(limit);
-        // A lowered limit may still hold more places than it gives: count the taken ones.
-        let gate = self.sizing.lock();
-        let free = self.places.available_permits();
-        free > 0 && gate.size.saturating_sub(free) < places_for(limit)
-    }
-
     fn resize(&self, limit: u64) {
         let mut gate = self.sizing.lock();
         gate.limit = limit;
@@ -216,27 +200,6 @@ mod tests {
         let fourth = fourth.now_or_never().expect("one place under the new limit");
         assert!(fourth.is_some());
         assert!(gate.enter(1).now_or_never().is_none(), "the limit is one again");
-    }
-
-    #[test]
-    fn room_is_a_free_place_nobody_waits_for() {
-        let gate = AnswerGate::default();
-        assert!(gate.has_room(1), "a gate never entered has its limit's places");
-        let first = gate.enter(1).now_or_never().expect("room");
-        assert!(!gate.has_room(1));
-        let mut second = Box::pin(gate.enter(1));
-        assert!((&mut second).now_or_never().is_none());
-        drop(first);
-        assert!(!gate.has_room(1), "the place went to the request waiting for it");
-        let second = second.now_or_never().expect("its place");
-        assert!(gate.has_room(2), "raised: one more place");
-        let third = gate.enter(2).now_or_never().expect("room");
-        assert!(!gate.has_room(1), "lowered with two taken");
-        drop(third);
-        assert!(!gate.has_room(1), "one still taken under a limit of one");
-        drop(second);
-        assert!(gate.has_room(1));
-        assert!(gate.has_room(NO_REPLICA_LIMIT));
     }
 
     #[test]

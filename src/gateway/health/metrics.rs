@@ -73,7 +73,7 @@ impl ReliabilityMetrics {
             ),
             hedges: counter(
                 "laneway_hedges_total",
-                "Second sends of streamed requests their replica had not answered in time: sent, won (answered first), denied (by the retry budget), no_room (the replica picked had max_unanswered_per_replica unanswered)",
+                "Second sends of streamed requests their replica had not answered in time: sent, won (answered first), denied (by the retry budget)",
                 &["outcome"],
             ),
             admission_queue_length: gauge(

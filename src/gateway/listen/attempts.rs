@@ -224,13 +224,15 @@ fn record_send_failure(state: &GatewayState, replica: &Replica, error: &GatewayE
 /// What a hedge holds while it runs: its place on its replica and its latency probe.
 type HedgePlace = (InFlightGuard, LatencyProbe);
 
-/// A hedge: a place on the replica the policy picks now and the send there, if that
-/// replica has room for one more unanswered stream (else the next best replica, if it has:
-/// a hedge that waits behind a backlog would only lengthen it) and the retry budget allows
-/// one more send. The pick sees the prompt
-/// as the first one did, so a prefix-aware policy keeps the hedge where the prompt is
-/// cached: often the same replica, on a fresh connection that another of its API
-/// processes may take.
+/// A hedge: a place on the replica the policy picks now and the send there, if the retry
+/// budget allows one more send. The pick sees the prompt as the first one did, so a
+/// prefix-aware policy keeps the hedge where the prompt is cached: often the same replica,
+/// on a fresh connection that another of its API processes may take. A hedge does not wait
+/// at its replica's answer gate, nor go elsewhere when that replica's backlog is full: one
+/// connection is not a burst, and the race is won by the first response headers (sent once
+/// a request is preprocessed, before its prefill), so a hedge sent to a replica without the
+/// prompt cached often wins the race and loses the first token
+/// (`benches/results/2026-12-02-hedge-gate/`).
 fn start_hedge<'a>(
     state: &'a GatewayState,
     request: &'a Forwarding<'_>,
@@ -238,27 +240,12 @@ fn start_hedge<'a>(
     prompt_tokens: u64,
     deadline: tokio::time::Instant,
 ) -> Option<(HedgePlace, impl Future<Output = Result<Response<UpstreamBody>, GatewayError>> + 'a)> {
-    let limits = state.shared.admission.limits();
-    let limit = limits.max_in_flight_per_replica;
+    let limit = state.shared.admission.limits().max_in_flight_per_replica;
     let variant: &Variant = request.variant;
-    let pick = |exclude: Option<&str>| {
-        variant.pick_for(&state.picker, request.serving, exclude, limit, &request.shape, prompt)
-    };
-    let hedges = &state.shared.reliability_metrics.hedges;
-    let unanswered = limits.max_unanswered_per_replica;
-    let has_room = |replica: &Replica| replica.load.answer_gate.has_room(unanswered);
-    let mut next = pick(None)?;
-    if !has_room(&next) {
-        // The best replica's backlog is full: the next best, if it has room.
-        match pick(Some(next.name.as_str())).filter(|other| has_room(other)) {
-            Some(other) => next = other,
-            None => {
-                hedges.with_label_values(&["no_room"]).inc();
-                return None;
-            }
-        }
-    }
+    let next =
+        variant.pick_for(&state.picker, request.serving, None, limit, &request.shape, prompt)?;
     let guard = InFlightGuard::try_acquire(next.clone(), prompt_tokens, limit)?;
+    let hedges = &state.shared.reliability_metrics.hedges;
     if !state.shared.retry_budget.try_withdraw() {
         hedges.with_label_values(&["denied"]).inc();
         return None;
@@ -267,16 +254,7 @@ fn start_hedge<'a>(
     let probe = LatencyProbe::begin(next.clone(), prompt_tokens, Instant::now());
     let connector = &request.variant.connector;
     let upstream_request = rebuild(request.parts, full(request.body.clone()));
-    let send = async move {
-        // Its place among the replica's unanswered streams, held until it answers (or is
-        // dropped: the first send answered). Free when picked; on a multi-threaded runtime
-        // another request may take it first, and the hedge then waits as anyone would.
-        let gate = next.load.answer_gate.enter(unanswered);
-        let Ok(_answer_place) = tokio::time::timeout_at(deadline, gate).await else {
-            return Err(connector.first_byte_timed_out(&next));
-        };
-        connector.send_by(&next, upstream_request, None, deadline).await
-    };
+    let send = async move { connector.send_by(&next, upstream_request, None, deadline).await };
     Some(((guard, probe), send))
 }
 
