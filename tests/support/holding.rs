@@ -122,7 +122,7 @@ async fn serve_scripted(
     mut connection: tokio::net::TcpStream,
     arrived: mpsc::UnboundedSender<oneshot::Sender<Reply>>,
 ) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let mut buffer = Vec::new();
     loop {
         // The head, then the body by its Content-Length.
@@ -130,10 +130,8 @@ async fn serve_scripted(
             if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
                 break end + 4;
             }
-            let mut chunk = [0u8; 4096];
-            match connection.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+            if !read_more(&mut connection, &mut buffer).await {
+                return;
             }
         };
         let head = String::from_utf8_lossy(&buffer[..head_end]).to_ascii_lowercase();
@@ -142,10 +140,8 @@ async fn serve_scripted(
             .find_map(|line| line.strip_prefix("content-length:"))
             .map_or(0, |value| value.trim().parse().unwrap());
         while buffer.len() < head_end + body_length {
-            let mut chunk = [0u8; 4096];
-            match connection.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+            if !read_more(&mut connection, &mut buffer).await {
+                return;
             }
         }
         buffer.drain(..head_end + body_length);
@@ -161,8 +157,7 @@ async fn serve_scripted(
                 Ok(Reply::Close(closed)) => {
                     // Our side closed; the gateway's close (a read of 0) says it saw it.
                     let _ = connection.shutdown().await;
-                    let mut rest = [0u8; 4096];
-                    while matches!(connection.read(&mut rest).await, Ok(n) if n > 0) {}
+                    while read_more(&mut connection, &mut buffer).await {}
                     let _ = closed.send(());
                     return;
                 }
@@ -173,6 +168,12 @@ async fn serve_scripted(
             return;
         }
     }
+}
+
+/// Appends what `connection` has to `buffer`: false once it is closed (or failed).
+async fn read_more(connection: &mut tokio::net::TcpStream, buffer: &mut Vec<u8>) -> bool {
+    use tokio::io::AsyncReadExt;
+    matches!(connection.read_buf(buffer).await, Ok(n) if n > 0)
 }
 
 /// A whole HTTP/1.1 response with `status`, `content_type` and `body`.
