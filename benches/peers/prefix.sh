@@ -26,11 +26,15 @@
 # PREFIX_PEERS picks the other targets among `lq sglang vllm-ca vllm-ch hr hh` (default all);
 # PREFIX_SCALE=N runs N times the requests of each case (longer runs: less of each is cold);
 # PREFIX_CLIENTS sets the shared-prefix and hot-prefix cases' concurrency (default 48).
+# PREFIX_SP_GROUPS sets the shared-prefix case's group count (default 24: 96,000 context
+# tokens, over one replica's 80,000-token cache and under a third of the fleet's; at 48 the
+# contexts fit the fleet's caches only if each group keeps to one or two replicas).
 
 PREFIX_PROFILE="${PREFIX_PROFILE:-h20-tp4-80k}"
 PREFIX_PEERS="${PREFIX_PEERS:-lq sglang vllm-ca vllm-ch hr hh}"
 PREFIX_SCALE="${PREFIX_SCALE:-1}"
 PREFIX_CLIENTS="${PREFIX_CLIENTS:-48}"
+PREFIX_SP_GROUPS="${PREFIX_SP_GROUPS:-24}"
 PREFIX_WORKLOADS="${PREFIX_WORKLOADS:-sp mt hot}"
 PREFIX_BASELINE="${PREFIX_BASELINE:-}"
 
@@ -109,7 +113,9 @@ part_prefix() {
     } >>"$OUT/results.md"
     if [[ " $PREFIX_WORKLOADS " == *" sp "* ]]; then
         start_prefix_peers "$speed"
-        bench prefix-sp-g24-p4000-q400 --workload "sp_g24_p4000_q400_o64_c$clients" --requests "$sp" "${slo[@]}"
+        local groups="$PREFIX_SP_GROUPS"
+        bench "prefix-sp-g$groups-p4000-q400" --workload "sp_g${groups}_p4000_q400_o64_c$clients" \
+            --requests "$sp" "${slo[@]}"
         cleanup
     fi
     if [[ " $PREFIX_WORKLOADS " == *" mt "* ]]; then
