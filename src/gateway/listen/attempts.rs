@@ -24,7 +24,6 @@ use crate::gateway::body::{ProxyBody, boxed, full};
 use crate::gateway::config::reliability::NO_REPLICA_LIMIT;
 use crate::gateway::context::RequestCtx;
 use crate::gateway::error::GatewayError;
-use crate::gateway::health::FailureReason;
 use crate::gateway::observe::OverheadPhase;
 use crate::gateway::pick::predict::LatencyProbe;
 use crate::gateway::pick::{InFlightGuard, Picker, PromptKey, PromptPick, Replica, RequestShape};
@@ -154,7 +153,7 @@ pub async fn forward(
         let last = attempt >= reliability.retry.max_attempts;
         let retryable = match sent {
             Err(error @ GatewayError::UpstreamTimeout { .. }) => {
-                state.health.record_failure(&replica, FailureReason::Timeout);
+                record_send_failure(state, &replica, &error);
                 return Err(error);
             }
             Ok(upstream) => {

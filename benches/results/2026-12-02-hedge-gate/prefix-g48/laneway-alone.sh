@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
+# 48 shared-prefix groups through laneway `prefix_aware` alone, on a fleet like the prefix
+# part's, keeping the gateway's metrics at the end (predicted against reported cached tokens).
+#   laneway-alone.sh LANEWAY_BINARY OUT_DIR   (run from anywhere; needs the repository at ROOT)
 set -euo pipefail
-ROOT=/work/main; LW=/tmp/lw-final2; WORK=$(mktemp -d /tmp/g48w.XXXX); O=/tmp/g48-out
+ROOT="$(cd "$(dirname "$0")/../../../.." && pwd)"; LW="$1"; O="$2"
+mkdir -p "$O"; WORK=$(mktemp -d /tmp/g48w.XXXX)
 source "$ROOT/benches/peers/background.sh"
 source "$ROOT/benches/peers/listening.sh"
 URLS=()
