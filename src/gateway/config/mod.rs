@@ -109,6 +109,9 @@ pub struct EntryConfig {
     pub listen: Option<SocketAddr>,
     /// Connections per replica under the `spread` strategy.
     pub spread_connections: usize,
+    /// Connections per replica opened ahead of the requests under `force_close` (0: each
+    /// request connects on its own path).
+    pub ready_connections: usize,
     /// The latency the entry's requests should meet (`[entries.X.slo]`); predicted-latency
     /// placement aims at it, and requests may tighten it with `x-laneway-slo-*` headers.
     pub slo: EntrySlo,

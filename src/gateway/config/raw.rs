@@ -86,6 +86,7 @@ pub struct RawEntry {
     pub strategy: Option<String>,
     pub listen: Option<String>,
     pub spread_connections: Option<i64>,
+    pub ready_connections: Option<i64>,
     /// Debug entry only: served on the smart listener too (`/debug/...`).
     pub smart_listener: Option<bool>,
     /// Debug entry only: debug requests in flight per replica, 429 beyond.

@@ -237,10 +237,13 @@ fn entry(
     let spread_connections =
         issues.positive(&format!("{path}.spread_connections"), raw.spread_connections, 8, 1024)
             as usize;
+    let ready_connections =
+        issues.number(&format!("{path}.ready_connections"), raw.ready_connections, 0, 0, 64)
+            as usize;
     let variants =
         canary::variants(&format!("{path}.variants"), &raw.variants, strategy, pools, issues);
     let slo = super::slo::entry_slo(&format!("{path}.slo"), &raw.slo, issues);
-    EntryConfig { strategy, listen, spread_connections, slo, variants }
+    EntryConfig { strategy, listen, spread_connections, ready_connections, slo, variants }
 }
 
 fn replicas(raw: &[RawReplica], issues: &mut Issues) -> Vec<ReplicaConfig> {

@@ -6,6 +6,7 @@ pub mod answer_gate;
 pub mod debug;
 pub mod force_close;
 pub mod keep_alive;
+pub mod ready;
 pub mod request;
 pub mod retry;
 pub mod spread;
@@ -41,7 +42,11 @@ pub struct Connector {
 }
 
 enum StrategyConnector {
-    ForceClose { connect_timeout: Duration },
+    /// With `ready`, connections are opened ahead of the requests (`ready_connections`).
+    ForceClose {
+        connect_timeout: Duration,
+        ready: Option<Box<ready::ReadyConnections>>,
+    },
     Spread(spread::Spread),
     KeepAlive(Box<keep_alive::KeepAlive>),
 }
@@ -54,7 +59,17 @@ impl Connector {
         tls: Arc<UpstreamTls>,
     ) -> Self {
         let strategy = match config.strategy {
-            Strategy::ForceClose => StrategyConnector::ForceClose { connect_timeout },
+            Strategy::ForceClose => StrategyConnector::ForceClose {
+                connect_timeout,
+                ready: (config.ready_connections > 0).then(|| {
+                    let ready = ready::ReadyConnections::new(
+                        config.ready_connections,
+                        connect_timeout,
+                        tls.clone(),
+                    );
+                    Box::new(ready)
+                }),
+            },
             Strategy::Spread => StrategyConnector::Spread(spread::Spread::new(
                 config.spread_connections,
                 connect_timeout,
@@ -78,7 +93,7 @@ impl Connector {
     /// waits for the response headers at most the first-byte timeout.
     pub async fn send(
         &self,
-        replica: &Replica,
+        replica: &Arc<Replica>,
         request: Request<ProxyBody>,
         path: Option<PathAndQuery>,
     ) -> Result<Response<UpstreamBody>, GatewayError> {
@@ -103,7 +118,7 @@ impl Connector {
     /// for its replica to answer earlier ones has spent part of its first-byte time).
     pub async fn send_by(
         &self,
-        replica: &Replica,
+        replica: &Arc<Replica>,
         request: Request<ProxyBody>,
         path: Option<PathAndQuery>,
         deadline: tokio::time::Instant,
@@ -118,16 +133,19 @@ impl Connector {
 
     async fn send_now(
         &self,
-        replica: &Replica,
+        replica: &Arc<Replica>,
         request: Request<ProxyBody>,
         path: Option<PathAndQuery>,
     ) -> Result<Response<UpstreamBody>, GatewayError> {
         let authority = replica.authority.as_str();
         let upstream = Upstream::of(replica, &self.tls);
         match &self.strategy {
-            StrategyConnector::ForceClose { connect_timeout } => {
+            StrategyConnector::ForceClose { connect_timeout, ready } => {
                 let request = request::to_upstream(request, authority, path, TargetForm::Origin);
-                force_close::send(upstream, *connect_timeout, request).await
+                match ready {
+                    Some(ready) => ready.send(replica, request).await,
+                    None => force_close::send(upstream, *connect_timeout, request).await,
+                }
             }
             StrategyConnector::Spread(spread) => {
                 let request = request::to_upstream(request, authority, path, TargetForm::Origin);

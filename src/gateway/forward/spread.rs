@@ -10,21 +10,18 @@
 //! connection to one request and gets it back when the response has ended cleanly; a
 //! connection the replica closed while it idled is noticed when next lent, and replaced.
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::task::Context;
 use std::time::Duration;
 
 use dashmap::DashMap;
 use http::{Request, Response};
 use parking_lot::Mutex;
-use tokio::io::{AsyncRead, ReadBuf};
 
 use super::force_close::{self, Upstream};
 use super::upstream_body::UpstreamBody;
 use super::upstream_error;
-use super::wire::{self, After, Socket};
+use super::wire::{self, After, Socket, still_open};
 use crate::gateway::body::ProxyBody;
 use crate::gateway::error::GatewayError;
 
@@ -88,15 +85,6 @@ impl Drop for Lease {
     fn drop(&mut self) {
         self.pool.slots[self.index].lent.store(false, Ordering::Release);
     }
-}
-
-/// Whether an idle connection is still open: nothing to read yet. A close (or bytes no
-/// request asked for) is readable at once.
-fn still_open(socket: &mut Socket) -> bool {
-    let mut byte = [0u8; 1];
-    let mut buf = ReadBuf::new(&mut byte);
-    let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
-    Pin::new(socket).poll_read(&mut cx, &mut buf).is_pending()
 }
 
 /// The spread connections of one entry, per replica.

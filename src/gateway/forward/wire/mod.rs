@@ -19,7 +19,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use body::{Keep, WireBody, fill};
 pub use head::{content_length, head_length};
-pub use socket::Socket;
+pub use socket::{Socket, still_open};
 
 use crate::gateway::body::{BoxError, ProxyBody};
 
