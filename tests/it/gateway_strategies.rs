@@ -74,6 +74,43 @@ async fn spread_holds_a_fixed_set_of_connections() {
     gateway.shutdown().await;
 }
 
+#[tokio::test]
+async fn force_close_sends_on_connections_opened_ahead_each_used_once() {
+    let sims = start_sims(1, 4).await;
+    let mut config = with_strategy(config_for(&sims), Entry::Short, Strategy::ForceClose);
+    config.short.ready_connections = 2;
+    // Every request counts as close to the one before.
+    config.short.ready_max_idle = std::time::Duration::from_secs(600);
+    let gateway = start_gateway(config).await;
+    let client = reqwest::Client::new();
+    let send = || async {
+        let response = post_chat(&client, &gateway, &chat_body(50, 2, false)).await;
+        assert_eq!(header(&response, "x-laneway-strategy"), "force_close");
+        response.bytes().await.unwrap();
+    };
+    send().await;
+    let accepted = sims[0].stats().connections_accepted;
+    send().await;
+    // The second request opened its own connection and two for the next ones.
+    wait_until("two ready connections", || sims[0].stats().connections_accepted >= accepted + 3)
+        .await;
+    for _ in 0..10 {
+        send().await;
+    }
+    let stats = sims[0].stats();
+    assert_eq!(stats.requests_total, 12);
+    let metrics = gateway.metrics_text();
+    let count = |outcome: &str| {
+        let name = format!("laneway_ready_connections_total{{outcome=\"{outcome}\"}}");
+        sample(&metrics, &name).unwrap_or(0.0)
+    };
+    assert_eq!(count("used") + count("missed"), 12.0, "{metrics}");
+    assert!(count("used") >= 1.0, "{metrics}");
+    // Never two requests on one connection.
+    assert!(stats.connections_accepted >= 12, "{stats:?}");
+    gateway.shutdown().await;
+}
+
 /// Opens `count` streams through the gateway at once, holds them all, then ends them.
 async fn hold_streams(
     client: &reqwest::Client,

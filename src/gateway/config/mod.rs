@@ -112,6 +112,9 @@ pub struct EntryConfig {
     /// Connections per replica opened ahead of the requests under `force_close` (0: each
     /// request connects on its own path).
     pub ready_connections: usize,
+    /// Ready connections are kept while a replica's requests come closer together than
+    /// this, and one unused this long is closed.
+    pub ready_max_idle: Duration,
     /// The latency the entry's requests should meet (`[entries.X.slo]`); predicted-latency
     /// placement aims at it, and requests may tighten it with `x-laneway-slo-*` headers.
     pub slo: EntrySlo,

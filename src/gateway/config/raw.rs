@@ -87,6 +87,7 @@ pub struct RawEntry {
     pub listen: Option<String>,
     pub spread_connections: Option<i64>,
     pub ready_connections: Option<i64>,
+    pub ready_max_idle_ms: Option<i64>,
     /// Debug entry only: served on the smart listener too (`/debug/...`).
     pub smart_listener: Option<bool>,
     /// Debug entry only: debug requests in flight per replica, 429 beyond.

@@ -240,10 +240,24 @@ fn entry(
     let ready_connections =
         issues.number(&format!("{path}.ready_connections"), raw.ready_connections, 0, 0, 64)
             as usize;
+    let ready_max_idle = Duration::from_millis(issues.positive(
+        &format!("{path}.ready_max_idle_ms"),
+        raw.ready_max_idle_ms,
+        10,
+        60_000,
+    ));
     let variants =
         canary::variants(&format!("{path}.variants"), &raw.variants, strategy, pools, issues);
     let slo = super::slo::entry_slo(&format!("{path}.slo"), &raw.slo, issues);
-    EntryConfig { strategy, listen, spread_connections, ready_connections, slo, variants }
+    EntryConfig {
+        strategy,
+        listen,
+        spread_connections,
+        ready_connections,
+        ready_max_idle,
+        slo,
+        variants,
+    }
 }
 
 fn replicas(raw: &[RawReplica], issues: &mut Issues) -> Vec<ReplicaConfig> {
@@ -373,6 +387,8 @@ mod tests {
         assert_eq!(config.long.strategy, Strategy::ForceClose);
         assert_eq!(config.debug.strategy, Strategy::KeepAlive);
         assert_eq!(config.policy, PolicyKind::PredictedLatency);
+        assert_eq!(config.short.ready_connections, 0, "connects at request time");
+        assert_eq!(config.short.ready_max_idle, Duration::from_millis(10));
     }
 
     #[test]
@@ -384,6 +400,8 @@ mod tests {
             short_threshold_tokens = 0
             [entries.short]
             strategy = "sometimes"
+            ready_connections = 65
+            ready_max_idle_ms = 0
             [[replicas]]
             name = "a"
             url = "http://10.0.0.1:8000"
@@ -400,6 +418,8 @@ mod tests {
             paths,
             [
                 "classifier.short_threshold_tokens",
+                "entries.short.ready_connections",
+                "entries.short.ready_max_idle_ms",
                 "entries.short.strategy",
                 "listen",
                 "policy",

@@ -57,6 +57,7 @@ impl Connector {
         connect_timeout: Duration,
         first_byte_timeout: Duration,
         tls: Arc<UpstreamTls>,
+        ready_counts: &ready::ReadyCounts,
     ) -> Self {
         let strategy = match config.strategy {
             Strategy::ForceClose => StrategyConnector::ForceClose {
@@ -64,8 +65,10 @@ impl Connector {
                 ready: (config.ready_connections > 0).then(|| {
                     let ready = ready::ReadyConnections::new(
                         config.ready_connections,
+                        config.ready_max_idle,
                         connect_timeout,
                         tls.clone(),
+                        ready_counts.clone(),
                     );
                     Box::new(ready)
                 }),

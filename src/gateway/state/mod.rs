@@ -18,6 +18,7 @@ use crate::gateway::admission::Admission;
 use crate::gateway::config::Entry;
 use crate::gateway::config::GatewayConfig;
 use crate::gateway::forward::Connector;
+use crate::gateway::forward::ready::ReadyCounts;
 use crate::gateway::forward::retry::RetryBudget;
 use crate::gateway::health::{HealthTracker, ReliabilityMetrics};
 use crate::gateway::observe::GatewayMetrics;
@@ -44,6 +45,8 @@ pub struct Shared {
     pub capacity: Arc<crate::gateway::capacity::CapacityShared>,
     /// Usage per tenant, registered once.
     pub tenant_metrics: Arc<TenantMetrics>,
+    /// What `force_close`'s ready connections did, registered once.
+    pub ready_counts: ReadyCounts,
 }
 
 impl Shared {
@@ -54,6 +57,7 @@ impl Shared {
         let tenant_metrics = Arc::new(TenantMetrics::new(metrics.registry()));
         Self {
             tenant_metrics,
+            ready_counts: ReadyCounts::new(metrics.registry()),
             admission: Arc::new(Admission::new(
                 reliability.admission.clone(),
                 reliability_metrics.clone(),
@@ -126,12 +130,14 @@ impl GatewayState {
     /// Builds a state around `picker`, reusing `shared`.
     pub fn with_shared(config: GatewayConfig, picker: Arc<Picker>, shared: Shared) -> Self {
         let upstream_tls = Arc::new(UpstreamTls::load_or_unavailable(&config.upstream_tls));
+        let ready_counts = shared.ready_counts.clone();
         let connector = |entry| {
             Connector::new(
                 config.entry(entry),
                 config.connect_timeout,
                 config.reliability.timeouts.first_byte,
                 upstream_tls.clone(),
+                &ready_counts,
             )
         };
         let health = Arc::new(HealthTracker::new(
@@ -139,7 +145,7 @@ impl GatewayState {
             config.reliability.health.clone(),
             shared.reliability_metrics.clone(),
         ));
-        let variants = Variants::new(&config, &upstream_tls);
+        let variants = Variants::new(&config, &upstream_tls, &shared.ready_counts);
         shared.prefix.index.set_capacity_bytes(config.prefix.index_bytes);
         shared.canary.set_layout(variants.layout());
         let tenants = Tenants::new(

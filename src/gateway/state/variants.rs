@@ -17,6 +17,7 @@ use crate::canary::{AssignError, Layout, VariantTable, WeightedVariant};
 use crate::gateway::config::{Entry, Strategy};
 use crate::gateway::config::{EntryConfig, GatewayConfig};
 use crate::gateway::forward::Connector;
+use crate::gateway::forward::ready::ReadyCounts;
 use crate::gateway::observe::GatewayMetrics;
 use crate::gateway::pick::{Picker, Policy, PromptPick, Replica, RequestShape, new_policy};
 use crate::gateway::tls::upstream::UpstreamTls;
@@ -114,6 +115,7 @@ impl EntryVariants {
         config: &EntryConfig,
         gateway: &GatewayConfig,
         tls: &Arc<UpstreamTls>,
+        ready_counts: &ReadyCounts,
     ) -> Self {
         let configured = config.effective_variants();
         let table = configured
@@ -136,6 +138,7 @@ impl EntryVariants {
                         gateway.connect_timeout,
                         gateway.reliability.timeouts.first_byte,
                         tls.clone(),
+                        ready_counts,
                     ),
                 }
             })
@@ -179,9 +182,9 @@ pub struct Variants {
 }
 
 impl Variants {
-    pub fn new(config: &GatewayConfig, tls: &Arc<UpstreamTls>) -> Self {
-        let entries =
-            Entry::ALL.map(|entry| EntryVariants::new(entry, config.entry(entry), config, tls));
+    pub fn new(config: &GatewayConfig, tls: &Arc<UpstreamTls>, ready_counts: &ReadyCounts) -> Self {
+        let entries = Entry::ALL
+            .map(|entry| EntryVariants::new(entry, config.entry(entry), config, tls, ready_counts));
         Self {
             entries,
             sticky_header: config.canary.sticky_header.clone(),
@@ -252,6 +255,10 @@ mod tests {
     use super::*;
     use crate::gateway::config::{ReplicaConfig, VariantConfig};
 
+    fn unregistered_counts() -> ReadyCounts {
+        ReadyCounts::new(&prometheus::Registry::new())
+    }
+
     fn config() -> GatewayConfig {
         let replicas = vec![ReplicaConfig {
             name: "r0".into(),
@@ -284,7 +291,8 @@ mod tests {
 
     #[tokio::test]
     async fn the_sticky_header_wins_then_the_request_id_then_a_counter() {
-        let variants = Variants::new(&config(), &Arc::new(UpstreamTls::unavailable()));
+        let variants =
+            Variants::new(&config(), &Arc::new(UpstreamTls::unavailable()), &unregistered_counts());
         let both = headers(&[("x-user-id", "alice"), ("x-request-id", "req-1")]);
         assert_eq!(variants.sticky_key(&both), b"alice");
         assert_eq!(variants.sticky_key(&headers(&[("x-request-id", "req-1")])), b"req-1");
@@ -299,7 +307,8 @@ mod tests {
 
     #[tokio::test]
     async fn weights_change_all_or_nothing() {
-        let variants = Variants::new(&config(), &Arc::new(UpstreamTls::unavailable()));
+        let variants =
+            Variants::new(&config(), &Arc::new(UpstreamTls::unavailable()), &unregistered_counts());
         let short = variants.of(Entry::Short);
         short.set_weights(&HashMap::from([("b".to_string(), 0)])).unwrap();
         assert!((0..200).all(|n| short.assign(format!("{n}").as_bytes()) == 0));

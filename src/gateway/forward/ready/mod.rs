@@ -1,19 +1,26 @@
 //! `force_close`'s ready connections: per replica, a few connections opened ahead of the
 //! requests that will use them, so that a request finds its connect (TLS handshake
 //! included) and the replica's accept already done. Each still carries one request and
-//! closes after it, as every `force_close` connection does. One is opened to replace each
-//! one taken, so connects follow the request rate instead of coming in bursts (a burst
-//! lands on one API-server process); and one left unused for [`READY_MAX_IDLE`] is closed,
-//! so that the process that accepted it was free a moment ago, not long ago.
+//! closes after it, as every `force_close` connection does.
+//!
+//! A connection belongs to the API-server process that accepted it, and that process was
+//! chosen when it was accepted: free then, perhaps busy now. A fresh connect at request time
+//! is what spreads requests over free processes, so ready connections must be young. They
+//! are kept only while a replica's requests come closer together than `max_idle` (a
+//! flood of small requests, where the connect is a large share of each request's time),
+//! one is opened to replace each one taken (connects follow the request rate, never a
+//! burst that one process would accept together), and one left unused for `max_idle` is
+//! closed. Slower traffic connects at request time exactly as without them.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use dashmap::DashMap;
 use http::{Request, Response};
 use parking_lot::Mutex;
+use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
 use tokio::time::Instant;
 
 use super::force_close::{self, Upstream};
@@ -25,26 +32,54 @@ use crate::gateway::error::GatewayError;
 use crate::gateway::pick::Replica;
 use crate::gateway::tls::upstream::UpstreamTls;
 
-/// How long a ready connection may wait for a request before it is closed unused.
-pub const READY_MAX_IDLE: Duration = Duration::from_secs(1);
+/// How often connections left unused are closed, so that a replica no request goes to
+/// any more holds none open.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
-/// What became of the requests and of the connections opened for them.
-#[derive(Debug, Default)]
+/// What became of the requests and of the connections opened for them
+/// (`laneway_ready_connections_total{outcome}`, every `force_close` entry together).
+#[derive(Clone)]
 pub struct ReadyCounts {
     /// Requests sent on a ready connection.
-    pub used: AtomicU64,
+    pub used: IntCounter,
     /// Requests that found none ready and connected themselves.
-    pub missed: AtomicU64,
+    pub missed: IntCounter,
     /// Ready connections closed unused: idle too long, or closed by the replica.
-    pub discarded: AtomicU64,
+    pub discarded: IntCounter,
 }
 
-/// One replica's ready connections, oldest first.
+impl ReadyCounts {
+    pub fn new(registry: &Registry) -> Self {
+        let total = IntCounterVec::new(
+            Opts::new(
+                "laneway_ready_connections_total",
+                "force_close requests sent on a connection opened ahead (used) or on one of their own (missed), and ready connections closed unused (discarded)",
+            ),
+            &["outcome"],
+        )
+        .expect("valid");
+        registry.register(Box::new(total.clone())).expect("unique metric name");
+        Self {
+            used: total.with_label_values(&["used"]),
+            missed: total.with_label_values(&["missed"]),
+            discarded: total.with_label_values(&["discarded"]),
+        }
+    }
+}
+
+/// One replica's ready connections and when it last got a request.
 #[derive(Default)]
 struct Stock {
-    ready: Mutex<VecDeque<ReadySocket>>,
+    state: Mutex<StockState>,
     /// Connects under way for this stock.
     opening: AtomicUsize,
+}
+
+#[derive(Default)]
+struct StockState {
+    /// Oldest first.
+    ready: VecDeque<ReadySocket>,
+    last_request: Option<Instant>,
 }
 
 struct ReadySocket {
@@ -53,26 +88,37 @@ struct ReadySocket {
 }
 
 impl Stock {
-    /// The oldest ready connection still fit to use; those idle too long or closed by the
+    /// Notes a request at `now`; whether the one before it came less than `max_idle`
+    /// earlier (requests close enough together to keep connections ready for).
+    fn note_request(&self, now: Instant, max_idle: Duration) -> bool {
+        let previous = self.state.lock().last_request.replace(now);
+        previous.is_some_and(|previous| now.saturating_duration_since(previous) < max_idle)
+    }
+
+    /// The oldest ready connection still fit to use; those idle `max_idle` or closed by the
     /// replica are dropped on the way (and counted).
-    fn take(&self, now: Instant, counts: &ReadyCounts) -> Option<Socket> {
-        let mut ready = self.ready.lock();
-        while let Some(mut entry) = ready.pop_front() {
-            if now.duration_since(entry.opened_at) < READY_MAX_IDLE && still_open(&mut entry.socket)
-            {
+    fn take(&self, now: Instant, max_idle: Duration, counts: &ReadyCounts) -> Option<Socket> {
+        let mut state = self.state.lock();
+        while let Some(mut entry) = state.ready.pop_front() {
+            let young = now.saturating_duration_since(entry.opened_at) < max_idle;
+            if young && still_open(&mut entry.socket) {
                 return Some(entry.socket);
             }
-            counts.discarded.fetch_add(1, Ordering::Relaxed);
+            counts.discarded.inc();
         }
         None
     }
 
-    /// Closes every connection idle too long; returns how many.
-    fn expire(&self, now: Instant) -> u64 {
-        let mut ready = self.ready.lock();
+    /// Closes every connection idle `max_idle`; returns how many.
+    fn expire(&self, now: Instant, max_idle: Duration) -> u64 {
+        let ready = &mut self.state.lock().ready;
         let before = ready.len();
-        ready.retain(|entry| now.duration_since(entry.opened_at) < READY_MAX_IDLE);
+        ready.retain(|entry| now.saturating_duration_since(entry.opened_at) < max_idle);
         (before - ready.len()) as u64
+    }
+
+    fn stocked(&self) -> usize {
+        self.state.lock().ready.len()
     }
 }
 
@@ -88,25 +134,34 @@ impl Drop for Opening {
 /// The ready connections of one entry's `force_close` connector, per replica.
 pub struct ReadyConnections {
     per_replica: usize,
+    max_idle: Duration,
     connect_timeout: Duration,
     tls: Arc<UpstreamTls>,
     stocks: Arc<DashMap<String, Arc<Stock>>>,
     /// Set once the task that closes idle connections runs (started by the first request,
     /// inside the runtime).
     sweeping: std::sync::Once,
-    pub counts: Arc<ReadyCounts>,
+    pub counts: ReadyCounts,
 }
 
 impl ReadyConnections {
-    /// Keeps `per_replica` connections ready to each replica requests go to (at least one).
-    pub fn new(per_replica: usize, connect_timeout: Duration, tls: Arc<UpstreamTls>) -> Self {
+    /// Keeps up to `per_replica` connections ready (at least one) to each replica whose
+    /// requests come less than `max_idle` apart, each used within `max_idle` or closed.
+    pub fn new(
+        per_replica: usize,
+        max_idle: Duration,
+        connect_timeout: Duration,
+        tls: Arc<UpstreamTls>,
+        counts: ReadyCounts,
+    ) -> Self {
         Self {
             per_replica: per_replica.max(1),
+            max_idle,
             connect_timeout,
             tls,
             stocks: Arc::default(),
             sweeping: std::sync::Once::new(),
-            counts: Arc::default(),
+            counts,
         }
     }
 
@@ -118,26 +173,31 @@ impl ReadyConnections {
     }
 
     /// Sends `request` (origin-form target) on a ready connection to `replica`, or on one of
-    /// its own if none is ready, and opens a replacement in the background.
+    /// its own if none is ready; opens a replacement in the background while the replica's
+    /// requests come close together.
     pub async fn send(
         &self,
         replica: &Arc<Replica>,
         request: Request<ProxyBody>,
     ) -> Result<Response<UpstreamBody>, GatewayError> {
         self.sweeping.call_once(|| {
-            tokio::spawn(sweep(Arc::downgrade(&self.stocks), self.counts.clone()));
+            let stocks = Arc::downgrade(&self.stocks);
+            tokio::spawn(sweep(stocks, self.max_idle, self.counts.clone()));
         });
         let stock = self.stock(&replica.name);
-        let ready = stock.take(Instant::now(), &self.counts);
-        self.refill(&stock, replica);
+        let now = Instant::now();
+        let ready = stock.take(now, self.max_idle, &self.counts);
+        if stock.note_request(now, self.max_idle) {
+            self.refill(&stock, replica);
+        }
         let upstream = Upstream::of(replica, &self.tls);
         let socket = match ready {
             Some(socket) => {
-                self.counts.used.fetch_add(1, Ordering::Relaxed);
+                self.counts.used.inc();
                 socket
             }
             None => {
-                self.counts.missed.fetch_add(1, Ordering::Relaxed);
+                self.counts.missed.inc();
                 // Boxed: rare once the stock is warm, and its state would otherwise enlarge
                 // every request's future.
                 Box::pin(force_close::open(upstream, self.connect_timeout)).await?
@@ -155,7 +215,7 @@ impl ReadyConnections {
     fn refill(&self, stock: &Arc<Stock>, replica: &Arc<Replica>) {
         loop {
             let opening = stock.opening.load(Ordering::Acquire);
-            if stock.ready.lock().len() + opening >= self.per_replica {
+            if stock.stocked() + opening >= self.per_replica {
                 return;
             }
             if stock
@@ -171,7 +231,7 @@ impl ReadyConnections {
                 let opened = force_close::open(Upstream::of(&replica, &tls), timeout).await;
                 if let Ok(socket) = opened {
                     let entry = ReadySocket { opened_at: Instant::now(), socket };
-                    guard.0.ready.lock().push_back(entry);
+                    guard.0.state.lock().ready.push_back(entry);
                 }
                 drop(guard);
             });
@@ -179,17 +239,16 @@ impl ReadyConnections {
     }
 }
 
-/// Closes idle connections every [`READY_MAX_IDLE`] until the connector is gone, so that a
-/// replica no request goes to any more holds none open.
-async fn sweep(stocks: Weak<DashMap<String, Arc<Stock>>>, counts: Arc<ReadyCounts>) {
-    let mut ticks = tokio::time::interval(READY_MAX_IDLE);
+/// Closes connections left unused every [`SWEEP_EVERY`] until the connector is gone.
+async fn sweep(stocks: Weak<DashMap<String, Arc<Stock>>>, max_idle: Duration, counts: ReadyCounts) {
+    let mut ticks = tokio::time::interval(SWEEP_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
         let Some(stocks) = stocks.upgrade() else { return };
         let now = Instant::now();
-        let expired: u64 = stocks.iter().map(|stock| stock.expire(now)).sum();
-        counts.discarded.fetch_add(expired, Ordering::Relaxed);
+        let expired: u64 = stocks.iter().map(|stock| stock.expire(now, max_idle)).sum();
+        counts.discarded.inc_by(expired);
     }
 }
 

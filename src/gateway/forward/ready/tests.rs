@@ -1,6 +1,7 @@
 //! Ready connections against a raw replica that reports each connection it accepts and
 //! each request it reads: a request takes a connection opened ahead, every connection
-//! carries one request, and connections idle too long or closed by the replica go unused.
+//! carries one request, connections idle too long or closed by the replica go unused, and
+//! none are opened for requests far apart.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,6 +21,9 @@ use crate::gateway::config::ReplicaConfig;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Longer than any test runs: every request counts as close to the one before.
+const MAX_IDLE: Duration = Duration::from_secs(600);
+
 fn replica_at(address: SocketAddr) -> Arc<Replica> {
     Arc::new(Replica::new(&ReplicaConfig {
         name: "r0".into(),
@@ -31,7 +35,9 @@ fn replica_at(address: SocketAddr) -> Arc<Replica> {
 }
 
 fn ready_connections(per_replica: usize) -> ReadyConnections {
-    ReadyConnections::new(per_replica, CONNECT_TIMEOUT, Arc::new(UpstreamTls::unavailable()))
+    let tls = Arc::new(UpstreamTls::unavailable());
+    let counts = ReadyCounts::new(&Registry::new());
+    ReadyConnections::new(per_replica, MAX_IDLE, CONNECT_TIMEOUT, tls, counts)
 }
 
 /// A request the replica read: the index of the connection it came on (in accept order)
@@ -85,7 +91,7 @@ async fn send(ready: &ReadyConnections, replica: &Arc<Replica>) {
 }
 
 fn stocked(ready: &ReadyConnections) -> usize {
-    ready.stocks.get("r0").map_or(0, |stock| stock.ready.lock().len())
+    ready.stocks.get("r0").map_or(0, |stock| stock.stocked())
 }
 
 /// Waits until `replica` has `count` connections ready (the background connects are
@@ -105,35 +111,39 @@ async fn a_request_takes_a_connection_opened_ahead_and_each_carries_one_request(
     let replica = replica_at(address);
     let ready = ready_connections(2);
 
+    // The first request has none before it: nothing is opened ahead yet.
     send(&ready, &replica).await;
     let (first_connection, head) = requests.recv().await.unwrap();
     assert!(head.contains("connection: close"), "{head}");
-    assert_eq!(ready.counts.missed.load(Ordering::Relaxed), 1);
-    wait_for_stock(&ready, 2).await;
-    let opened_before = accepted.load(Ordering::SeqCst);
-    assert_eq!(opened_before, 3, "the first request's connection and two ready ones");
-
+    assert_eq!(stocked(&ready), 0);
+    // The second follows it closely: two are opened for the next ones.
     send(&ready, &replica).await;
     let (second_connection, _) = requests.recv().await.unwrap();
-    assert_ne!(second_connection, first_connection);
-    assert!(second_connection < opened_before, "sent on a connection opened before it");
-    assert_eq!(ready.counts.used.load(Ordering::Relaxed), 1);
-    assert_eq!(ready.counts.missed.load(Ordering::Relaxed), 1);
+    assert_eq!(ready.counts.missed.get(), 2);
+    wait_for_stock(&ready, 2).await;
+    let opened_before = accepted.load(Ordering::SeqCst);
+    assert_eq!(opened_before, 4, "the two requests' own connections and two ready ones");
+
+    send(&ready, &replica).await;
+    let (third_connection, _) = requests.recv().await.unwrap();
+    assert!(third_connection < opened_before, "sent on a connection opened before it");
+    assert_eq!(ready.counts.used.get(), 1);
+    assert_eq!(ready.counts.missed.get(), 2);
     // The one taken is replaced, no more.
     wait_for_stock(&ready, 2).await;
-    assert_eq!(accepted.load(Ordering::SeqCst), 4);
+    assert_eq!(accepted.load(Ordering::SeqCst), 5);
 
     for _ in 0..4 {
         send(&ready, &replica).await;
     }
-    let mut connections = vec![first_connection, second_connection];
+    let mut connections = vec![first_connection, second_connection, third_connection];
     while let Ok((connection, _)) = requests.try_recv() {
         connections.push(connection);
     }
-    assert_eq!(connections.len(), 6);
+    assert_eq!(connections.len(), 7);
     connections.sort_unstable();
     connections.dedup();
-    assert_eq!(connections.len(), 6, "a connection carried two requests");
+    assert_eq!(connections.len(), 7, "a connection carried two requests");
 }
 
 #[tokio::test]
@@ -142,19 +152,34 @@ async fn connections_idle_too_long_are_closed_unused() {
     let replica = replica_at(address);
     let ready = ready_connections(2);
     send(&ready, &replica).await;
+    send(&ready, &replica).await;
     wait_for_stock(&ready, 2).await;
     let stock = ready.stock("r0");
 
-    let late = Instant::now() + READY_MAX_IDLE;
-    assert!(stock.take(late, &ready.counts).is_none());
-    assert_eq!(ready.counts.discarded.load(Ordering::Relaxed), 2);
+    let late = Instant::now() + MAX_IDLE;
+    assert!(stock.take(late, MAX_IDLE, &ready.counts).is_none());
+    assert_eq!(ready.counts.discarded.get(), 2);
     assert_eq!(stocked(&ready), 0);
 
     send(&ready, &replica).await;
     wait_for_stock(&ready, 2).await;
-    assert_eq!(stock.expire(Instant::now()), 0, "fresh ones stay");
-    assert_eq!(stock.expire(Instant::now() + READY_MAX_IDLE), 2);
+    assert_eq!(stock.expire(Instant::now(), MAX_IDLE), 0, "young ones stay");
+    assert_eq!(stock.expire(Instant::now() + MAX_IDLE, MAX_IDLE), 2);
     assert_eq!(stocked(&ready), 0);
+}
+
+#[test]
+fn connections_are_kept_ready_only_while_requests_come_close_together() {
+    let stock = Stock::default();
+    let max_idle = Duration::from_millis(10);
+    let start = Instant::now();
+    let at = |ms: u64| start + Duration::from_millis(ms);
+    assert!(!stock.note_request(at(0), max_idle), "the first request has none before it");
+    assert!(stock.note_request(at(4), max_idle));
+    assert!(stock.note_request(at(13), max_idle));
+    assert!(!stock.note_request(at(23), max_idle), "10 ms after the one before");
+    assert!(!stock.note_request(at(500), max_idle));
+    assert!(stock.note_request(at(501), max_idle));
 }
 
 #[tokio::test]
@@ -168,8 +193,8 @@ async fn a_ready_connection_the_replica_closed_is_not_used() {
 
     let stock = Stock::default();
     let entry = ReadySocket { opened_at: Instant::now(), socket: Either::Left(client) };
-    stock.ready.lock().push_back(entry);
-    let counts = ReadyCounts::default();
-    assert!(stock.take(Instant::now(), &counts).is_none());
-    assert_eq!(counts.discarded.load(Ordering::Relaxed), 1);
+    stock.state.lock().ready.push_back(entry);
+    let counts = ReadyCounts::new(&Registry::new());
+    assert!(stock.take(Instant::now(), MAX_IDLE, &counts).is_none());
+    assert_eq!(counts.discarded.get(), 1);
 }
