@@ -77,9 +77,16 @@ impl PrefixFeedback {
         if let Some(evicted) = self.placed.previous.get(reported_blocks)
             && !evicted.computing
         {
-            let dropped = self.router.index.forget_older(&self.replica.name, evicted.tick);
-            self.router.metrics.corrected.inc_by(dropped as u64);
-            self.router.metrics.index_bytes.set(self.router.index.bytes() as i64);
+            let (index, metrics) = (&self.router.index, &self.router.metrics);
+            let dropped = index.evicted_before(&self.replica.name, evicted.tick);
+            metrics.corrected.inc_by(dropped as u64);
+            metrics.index_bytes.set(index.bytes() as i64);
+            if let Some(fill) = index.fills(&[&self.replica.name])[0] {
+                let name = self.replica.name.as_str();
+                let gauge = |figure: &str| metrics.cache_blocks.with_label_values(&[name, figure]);
+                gauge("learned_capacity").set(fill.capacity as i64);
+                gauge("resident").set(fill.resident as i64);
+            }
         }
     }
 }

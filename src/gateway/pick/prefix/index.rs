@@ -15,6 +15,14 @@
 //! duplicates work in flight; a computed one is worth copying when its replica is busy. A
 //! miss on a block still computing is no eviction ([`super::feedback`]).
 //!
+//! # What a replica can hold
+//! When a replica reports a miss on a block the index expected it to hold (and no
+//! placement was still computing it), its cache was full and evicted that block, least
+//! recently used first: what the index still holds for it, the blocks newer than the
+//! evicted one, is then an estimate of what its cache holds ([`BlockIndex::evicted_before`]).
+//! Averaged over such reports, it is the replica's learned capacity; placing a prompt whose
+//! new blocks do not fit in it evicts other prompts' blocks ([`Fill`]).
+//!
 //! # Order within a prompt
 //! A prompt's blocks are stamped tail first, so its head is the most recently used: when
 //! the budget bites, a prompt loses its tail before its head, as a replica's cache frees
@@ -69,6 +77,26 @@ pub struct Previous {
     pub computing: bool,
 }
 
+/// How full one replica's cache is expected to be, once an eviction taught its capacity.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fill {
+    /// Blocks the index holds for the replica.
+    pub resident: usize,
+    /// Blocks its cache is learned to hold.
+    pub capacity: f64,
+}
+
+impl Fill {
+    /// How many blocks placing `new_blocks` more would evict (at most `new_blocks`).
+    pub fn evicted_by(&self, new_blocks: usize) -> usize {
+        let over = (self.resident + new_blocks) as f64 - self.capacity;
+        (over.max(0.0) as usize).min(new_blocks)
+    }
+}
+
+/// Weight of the latest estimate in a replica's learned capacity.
+const CAPACITY_WEIGHT: f64 = 0.25;
+
 /// The index, all replicas together.
 #[derive(Debug)]
 pub struct BlockIndex {
@@ -82,6 +110,8 @@ struct Inner {
     entries: FnvHashMap<(u64, Slot), u64>,
     /// Per replica: tick -> block hash, oldest first.
     orders: Vec<BTreeMap<u64, u64>>,
+    /// Per replica: the blocks its cache is learned to hold (none before an eviction).
+    capacities: Vec<Option<f64>>,
     slots: FnvHashMap<String, Slot>,
     tick: u64,
 }
@@ -195,26 +225,54 @@ impl BlockIndex {
 
     /// Drops `replica`'s entries last used before `tick`: its cache evicted a block of
     /// that age, and it evicts least recently used first, so the older ones are gone too.
-    /// Returns how many were dropped.
-    pub fn forget_older(&self, replica: &str, tick: u64) -> usize {
+    /// What is left is what its full cache holds: it updates the replica's learned
+    /// capacity. Returns how many entries were dropped.
+    pub fn evicted_before(&self, replica: &str, tick: u64) -> usize {
         let mut inner = self.inner.lock();
         let Some(&slot) = inner.slots.get(replica) else { return 0 };
-        let order = &mut inner.orders[slot as usize];
-        let newer = order.split_off(&tick);
-        let older = std::mem::replace(order, newer);
-        for hash in older.values() {
-            inner.entries.remove(&(*hash, slot));
-        }
-        older.len()
+        let dropped = inner.forget_older(slot, tick);
+        let held = inner.orders[slot as usize].len() as f64;
+        let learned = &mut inner.capacities[slot as usize];
+        *learned = Some(match *learned {
+            None => held,
+            Some(before) => before + CAPACITY_WEIGHT * (held - before),
+        });
+        dropped
     }
 
-    /// Drops every entry of `replica` (it left the set).
+    /// For each of `replicas`, how full its cache is expected to be (`None` until an
+    /// eviction taught its capacity).
+    pub fn fills(&self, replicas: &[&str]) -> Vec<Option<Fill>> {
+        let inner = self.inner.lock();
+        let fill = |name: &&str| {
+            let slot = *inner.slots.get(*name)? as usize;
+            let capacity = inner.capacities[slot]?;
+            Some(Fill { resident: inner.orders[slot].len(), capacity })
+        };
+        replicas.iter().map(fill).collect()
+    }
+
+    /// Drops every entry of `replica` (it left the set), and what was learned of its cache.
     pub fn forget_replica(&self, replica: &str) -> usize {
-        self.forget_older(replica, u64::MAX)
+        let mut inner = self.inner.lock();
+        let Some(&slot) = inner.slots.get(replica) else { return 0 };
+        inner.capacities[slot as usize] = None;
+        inner.forget_older(slot, u64::MAX)
     }
 }
 
 impl Inner {
+    /// Drops the entries of `slot` last used before `tick`; returns how many.
+    fn forget_older(&mut self, slot: Slot, tick: u64) -> usize {
+        let order = &mut self.orders[slot as usize];
+        let newer = order.split_off(&tick);
+        let older = std::mem::replace(order, newer);
+        for hash in older.values() {
+            self.entries.remove(&(*hash, slot));
+        }
+        older.len()
+    }
+
     /// The replica's slot, made on first sight; `None` once every slot is taken (its
     /// prompts are then not indexed: placement falls back to load alone).
     fn slot(&mut self, replica: &str) -> Option<Slot> {
@@ -224,6 +282,7 @@ impl Inner {
         let slot = Slot::try_from(self.orders.len()).ok()?;
         self.slots.insert(replica.to_string(), slot);
         self.orders.push(BTreeMap::new());
+        self.capacities.push(None);
         Some(slot)
     }
 

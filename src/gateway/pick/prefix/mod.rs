@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use http::HeaderMap;
-use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 use super::replica::Replica;
 use crate::gateway::config::PrefixConfig;
@@ -147,6 +147,9 @@ struct PrefixMetrics {
     index_bytes: IntGauge,
     /// Entries dropped because a replica reported a miss where the index expected a hit.
     corrected: IntCounter,
+    /// Per replica, the cache blocks an eviction taught it holds, and those the index
+    /// holds for it now.
+    cache_blocks: IntGaugeVec,
 }
 
 impl PrefixRouter {
@@ -171,14 +174,24 @@ impl PrefixRouter {
             "Index entries dropped after a replica reported a miss the index predicted as a hit",
         )
         .expect("valid");
+        let cache_blocks = IntGaugeVec::new(
+            Opts::new(
+                "laneway_prefix_cache_blocks",
+                "prefix_aware's view of a replica's cache: the blocks an eviction taught it \
+                 holds (learned_capacity) and those the index expects it to hold (resident)",
+            ),
+            &["replica", "figure"],
+        )
+        .expect("valid");
         registry.register(Box::new(tokens.clone())).expect("unique metric name");
         registry.register(Box::new(index_bytes.clone())).expect("unique metric name");
         registry.register(Box::new(corrected.clone())).expect("unique metric name");
+        registry.register(Box::new(cache_blocks.clone())).expect("unique metric name");
         Self {
             index: BlockIndex::new(config.index_bytes),
             sessions: SessionMemory::default(),
             shared: None,
-            metrics: PrefixMetrics { tokens, index_bytes, corrected },
+            metrics: PrefixMetrics { tokens, index_bytes, corrected, cache_blocks },
         }
     }
 
