@@ -20,8 +20,8 @@
 //! placement was still computing it), its cache was full and evicted that block, least
 //! recently used first: what the index still holds for it, the blocks newer than the
 //! evicted one, is then an estimate of what its cache holds ([`BlockIndex::evicted_before`]).
-//! Averaged over such reports, it is the replica's learned capacity; placing a prompt whose
-//! new blocks do not fit in it evicts other prompts' blocks ([`Fill`]).
+//! Averaged over such reports, it is the replica's learned capacity ([`Fill`], exported as
+//! `laneway_prefix_cache_blocks`): a replica whose resident blocks reach it is evicting.
 //!
 //! # Order within a prompt
 //! A prompt's blocks are stamped tail first, so its head is the most recently used: when
@@ -78,20 +78,14 @@ pub struct Previous {
 }
 
 /// How full one replica's cache is expected to be, once an eviction taught its capacity.
+/// (Charging a placement for the blocks it would evict from a full cache was measured and
+/// not kept: `benches/results/2026-12-03-prefix-eviction/`.)
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Fill {
     /// Blocks the index holds for the replica.
     pub resident: usize,
     /// Blocks its cache is learned to hold.
     pub capacity: f64,
-}
-
-impl Fill {
-    /// How many blocks placing `new_blocks` more would evict (at most `new_blocks`).
-    pub fn evicted_by(&self, new_blocks: usize) -> usize {
-        let over = (self.resident + new_blocks) as f64 - self.capacity;
-        (over.max(0.0) as usize).min(new_blocks)
-    }
 }
 
 /// Weight of the latest estimate in a replica's learned capacity.

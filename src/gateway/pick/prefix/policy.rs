@@ -18,7 +18,7 @@
 use std::sync::Arc;
 
 use super::affinity::{LoadBound, session_places};
-use super::index::{Fill, Held};
+use super::index::Held;
 use super::ttft::{QueueTtft, TtftEstimate};
 use super::{PromptKey, PromptPick};
 use crate::gateway::pick::draw::Draws;
@@ -94,7 +94,6 @@ impl Policy for PrefixAware {
         }
         let names: Vec<&str> = candidates.iter().map(|&i| replicas[i].name.as_str()).collect();
         let held = prompt.router.index.lookup(&names, prompt.key.hittable());
-        let fills = prompt.router.index.fills(&names);
         let estimate = QueueTtft {
             prefill_us_per_token: prompt.config.prefill_us_per_token,
             request_us: prompt.config.request_us,
@@ -105,7 +104,6 @@ impl Policy for PrefixAware {
             key: prompt.key,
             estimate: &estimate,
             recompute_us_per_token,
-            fills: &fills,
             ties: &self.ties,
         };
         fastest(replicas, &candidates, &held, &chosen, context)
@@ -117,11 +115,8 @@ impl Policy for PrefixAware {
 /// `recompute_us_per_token`, unless a second copy pays: recomputing a copy still being
 /// computed only duplicates work that the requests queued behind pay for, and a session's
 /// conversation follows the session, so moving it throws its copy away; copying a
-/// computed prompt that any request may send buys a second replica to hit on. A copy
-/// pays only where it fits: on a candidate whose cache is full, the blocks its new
-/// blocks would evict are charged at the same rate (other prompts will recompute them),
-/// so a second copy of a long prefix goes to a replica with room or not at all. Ties go
-/// to the longest hit, then to chance (so an idle fleet spreads new prefixes).
+/// computed prompt that any request may send buys a second replica to hit on. Ties go to
+/// the longest hit, then to chance (so an idle fleet spreads new prefixes).
 pub fn fastest(
     replicas: &[Arc<Replica>],
     candidates: &[usize],
@@ -137,20 +132,13 @@ pub fn fastest(
     let recompute_us_per_token =
         if most > 0 && !a_copy_pays { choice.recompute_us_per_token } else { 0.0 };
     let least_uncached = uncached(most);
-    let evicted_tokens = |fill: &Option<Fill>, held: &Held| {
-        let new_blocks = key.hashes.len().saturating_sub(held.blocks);
-        fill.map_or(0, |fill| fill.evicted_by(new_blocks)) as u64 * key.block_size
-    };
     let scored: Vec<(f64, usize, usize)> = candidates
         .iter()
         .zip(held)
-        .zip(choice.fills)
-        .map(|((&i, held), fill)| {
+        .map(|(&i, held)| {
             let uncached = uncached(held.blocks);
             let recomputed = (uncached - least_uncached) as f64 * recompute_us_per_token;
-            let evicted = evicted_tokens(fill, held) as f64 * choice.recompute_us_per_token;
-            let cost = estimate.ttft_us(&replicas[i], uncached, context) + recomputed + evicted;
-            (cost, held.blocks, i)
+            (estimate.ttft_us(&replicas[i], uncached, context) + recomputed, held.blocks, i)
         })
         .collect();
     let best = scored.iter().map(|s| s.0).fold(f64::INFINITY, f64::min);
@@ -166,10 +154,7 @@ pub struct Choice<'a> {
     pub key: &'a PromptKey,
     pub estimate: &'a dyn TtftEstimate,
     /// Microseconds charged per prompt token a candidate would prefill beyond the
-    /// best-cached candidate, when a second copy would not pay, and per token its new
-    /// blocks would evict (see [`fastest`]).
+    /// best-cached candidate, when a second copy would not pay (see [`fastest`]).
     pub recompute_us_per_token: f64,
-    /// Per candidate, how full its cache is expected to be.
-    pub fills: &'a [Option<Fill>],
     pub ties: &'a Draws,
 }

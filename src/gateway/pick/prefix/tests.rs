@@ -456,48 +456,11 @@ fn a_reported_eviction_teaches_the_replica_capacity() {
     assert_eq!(index.evicted_before("r0", 11), 10);
     let fill = index.fills(&["r0", "r1"]);
     assert_eq!(fill, vec![Some(Fill { resident: 10, capacity: 10.0 }), None]);
-    assert_eq!(fill[0].unwrap().evicted_by(4), 4, "full: every new block evicts one");
     // Five more, then an eviction of tick 21's block and older: five held. The capacity
     // moves a quarter of the way: 10 + (5 - 10) / 4.
     index.insert("r0", &(300..305).collect::<Vec<u64>>());
     assert_eq!(index.evicted_before("r0", 21), 10);
-    let fill = index.fills(&["r0"])[0].unwrap();
-    assert_eq!(fill, Fill { resident: 5, capacity: 8.75 });
-    assert_eq!(fill.evicted_by(3), 0, "room for three");
-    assert_eq!(fill.evicted_by(6), 2);
+    assert_eq!(index.fills(&["r0"]), vec![Some(Fill { resident: 5, capacity: 8.75 })]);
     index.forget_replica("r0");
     assert_eq!(index.fills(&["r0"]), vec![None], "a replica that left is learned again");
-}
-
-#[test]
-fn a_second_copy_of_a_busy_prefix_goes_where_it_fits_or_nowhere() {
-    // The 2000-token prefix is computed on r0, whose queue (3000 owed prefill tokens) is
-    // worth more than the hit saves: a copy pays, on a replica with room. r1 and r2 are
-    // idle; r1's cache is full (as an eviction taught), so the copy would evict as many
-    // blocks of other prompts there, charged as their recompute.
-    let headers = HeaderMap::new();
-    let config = PrefixConfig::default();
-    let place = |r2_full: bool| {
-        let set = replicas(3);
-        let router = Arc::new(PrefixRouter::new(&config, &Registry::new()));
-        router.place(&set[0], &key(1, 2000, 0, 16, &headers)).prefill_done();
-        let mut full = vec!["r1"];
-        if r2_full {
-            full.push("r2");
-        }
-        for (offset, name) in full.iter().enumerate() {
-            let other = key(10 + offset as u64, 2000, 0, 16, &headers);
-            router.place(&set[offset + 1], &other).prefill_done();
-            // An eviction of nothing older: what it holds is all it can hold.
-            router.index.evicted_before(name, 0);
-        }
-        set[0].load.prefill_owed_tokens.store(3000, Ordering::Relaxed);
-        let second = key(1, 2000, 1, 16, &headers);
-        let prompt = PromptPick { key: &second, router: &router, config: &config };
-        (0..20)
-            .map(|seed| PrefixAware::new(seed).pick_prompt(&set, &context(), &prompt).unwrap())
-            .collect::<Vec<usize>>()
-    };
-    assert!(place(false).iter().all(|&chosen| chosen == 2), "{:?}", place(false));
-    assert!(place(true).iter().all(|&chosen| chosen == 0), "{:?}", place(true));
 }
