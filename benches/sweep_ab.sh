@@ -6,6 +6,7 @@
 #   benches/sweep_ab.sh BIN_A [BIN_B [WORKLOAD [ROUNDS [JSON]]]]
 #
 # EXTRA_B: config lines appended to BIN_B's config (e.g. "[admission]\nmax_unanswered_per_replica = 4").
+# POLICY_A, POLICY_B: each build's balancing policy (default least_queue).
 # BENCH_ARGS: extra `laneway bench` arguments. The JSON keeps every request's record,
 # including its replica and API process (`x-sim-api-worker`).
 set -euo pipefail
@@ -19,11 +20,11 @@ for i in 0 1; do
 done
 S0=$(url_of $W/sim0.out); S1=$(url_of $W/sim1.out)
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-gw() { # name bin port
+gw() { # name bin port policy
   cat > $W/$1.toml <<T
 listen = "127.0.0.1:$3"
 admin_listen = "127.0.0.1:$(free_port)"
-policy = "least_queue"
+policy = "$4"
 [entries.short]
 strategy = "force_close"
 [[replicas]]
@@ -37,9 +38,9 @@ T
   "$2" serve --config $W/$1.toml > $W/$1.out 2>$W/$1.err & PIDS+=($!)
 }
 PA=$(free_port); PB=$(free_port); PH=$(free_port)
-gw a "$BIN_A" $PA
+gw a "$BIN_A" $PA "${POLICY_A:-least_queue}"
 TARGETS=(--target "lw-a=http://127.0.0.1:$PA")
-if [ -n "$BIN_B" ]; then gw b "$BIN_B" $PB; TARGETS+=(--target "lw-b=http://127.0.0.1:$PB"); fi
+if [ -n "$BIN_B" ]; then gw b "$BIN_B" $PB "${POLICY_B:-least_queue}"; TARGETS+=(--target "lw-b=http://127.0.0.1:$PB"); fi
 cat > $W/haproxy.cfg <<T
 global
     nbthread 1
