@@ -110,8 +110,18 @@ pub async fn send(
     request: Request<ProxyBody>,
 ) -> Result<Response<UpstreamBody>, GatewayError> {
     let socket = open(upstream, timeout).await?;
+    send_on(socket, upstream.name, request).await
+}
+
+/// Sends `request` on `socket`, an open connection to the replica named `replica`, and
+/// closes it after the response.
+pub async fn send_on(
+    socket: Socket,
+    replica: &str,
+    request: Request<ProxyBody>,
+) -> Result<Response<UpstreamBody>, GatewayError> {
     let response = wire::exchange(socket, request, After::Close)
         .await
-        .map_err(|error| upstream_error::from_wire(upstream.name, error))?;
+        .map_err(|error| upstream_error::from_wire(replica, error))?;
     Ok(response.map(UpstreamBody::Wire))
 }

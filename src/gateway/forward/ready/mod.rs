@@ -25,8 +25,7 @@ use tokio::time::Instant;
 
 use super::force_close::{self, Upstream};
 use super::upstream_body::UpstreamBody;
-use super::upstream_error;
-use super::wire::{self, After, Socket, still_open};
+use super::wire::{Socket, still_open};
 use crate::gateway::body::ProxyBody;
 use crate::gateway::error::GatewayError;
 use crate::gateway::pick::Replica;
@@ -87,26 +86,32 @@ struct ReadySocket {
     socket: Socket,
 }
 
-impl Stock {
-    /// Notes a request at `now`; whether the one before it came less than `max_idle`
-    /// earlier (requests close enough together to keep connections ready for).
-    fn note_request(&self, now: Instant, max_idle: Duration) -> bool {
-        let previous = self.state.lock().last_request.replace(now);
-        previous.is_some_and(|previous| now.saturating_duration_since(previous) < max_idle)
-    }
+/// What a request found in its replica's stock.
+struct Found {
+    /// The oldest ready connection still fit to use.
+    socket: Option<Socket>,
+    /// The request before it came less than `max_idle` earlier: connections are worth
+    /// keeping ready for the next ones.
+    close_together: bool,
+}
 
-    /// The oldest ready connection still fit to use; those idle `max_idle` or closed by the
-    /// replica are dropped on the way (and counted).
-    fn take(&self, now: Instant, max_idle: Duration, counts: &ReadyCounts) -> Option<Socket> {
+impl Stock {
+    /// A request at `now`: takes the oldest ready connection still fit to use (those idle
+    /// `max_idle` or closed by the replica are dropped on the way, and counted), and notes
+    /// the request's time.
+    fn take(&self, now: Instant, max_idle: Duration, counts: &ReadyCounts) -> Found {
         let mut state = self.state.lock();
+        let previous = state.last_request.replace(now);
+        let close_together =
+            previous.is_some_and(|previous| now.saturating_duration_since(previous) < max_idle);
         while let Some(mut entry) = state.ready.pop_front() {
             let young = now.saturating_duration_since(entry.opened_at) < max_idle;
             if young && still_open(&mut entry.socket) {
-                return Some(entry.socket);
+                return Found { socket: Some(entry.socket), close_together };
             }
             counts.discarded.inc();
         }
-        None
+        Found { socket: None, close_together }
     }
 
     /// Closes every connection idle `max_idle`; returns how many.
@@ -185,13 +190,11 @@ impl ReadyConnections {
             tokio::spawn(sweep(stocks, self.max_idle, self.counts.clone()));
         });
         let stock = self.stock(&replica.name);
-        let now = Instant::now();
-        let ready = stock.take(now, self.max_idle, &self.counts);
-        if stock.note_request(now, self.max_idle) {
+        let found = stock.take(Instant::now(), self.max_idle, &self.counts);
+        if found.close_together {
             self.refill(&stock, replica);
         }
-        let upstream = Upstream::of(replica, &self.tls);
-        let socket = match ready {
+        let socket = match found.socket {
             Some(socket) => {
                 self.counts.used.inc();
                 socket
@@ -200,13 +203,11 @@ impl ReadyConnections {
                 self.counts.missed.inc();
                 // Boxed: rare once the stock is warm, and its state would otherwise enlarge
                 // every request's future.
+                let upstream = Upstream::of(replica, &self.tls);
                 Box::pin(force_close::open(upstream, self.connect_timeout)).await?
             }
         };
-        let response = wire::exchange(socket, request, After::Close)
-            .await
-            .map_err(|error| upstream_error::from_wire(upstream.name, error))?;
-        Ok(response.map(UpstreamBody::Wire))
+        force_close::send_on(socket, &replica.name, request).await
     }
 
     /// Opens connections in the background until the stock, with those being opened,

@@ -157,7 +157,7 @@ async fn connections_idle_too_long_are_closed_unused() {
     let stock = ready.stock("r0");
 
     let late = Instant::now() + MAX_IDLE;
-    assert!(stock.take(late, MAX_IDLE, &ready.counts).is_none());
+    assert!(stock.take(late, MAX_IDLE, &ready.counts).socket.is_none());
     assert_eq!(ready.counts.discarded.get(), 2);
     assert_eq!(stocked(&ready), 0);
 
@@ -171,15 +171,17 @@ async fn connections_idle_too_long_are_closed_unused() {
 #[test]
 fn connections_are_kept_ready_only_while_requests_come_close_together() {
     let stock = Stock::default();
+    let counts = ReadyCounts::new(&Registry::new());
     let max_idle = Duration::from_millis(10);
     let start = Instant::now();
-    let at = |ms: u64| start + Duration::from_millis(ms);
-    assert!(!stock.note_request(at(0), max_idle), "the first request has none before it");
-    assert!(stock.note_request(at(4), max_idle));
-    assert!(stock.note_request(at(13), max_idle));
-    assert!(!stock.note_request(at(23), max_idle), "10 ms after the one before");
-    assert!(!stock.note_request(at(500), max_idle));
-    assert!(stock.note_request(at(501), max_idle));
+    let close_together =
+        |ms: u64| stock.take(start + Duration::from_millis(ms), max_idle, &counts).close_together;
+    assert!(!close_together(0), "the first request has none before it");
+    assert!(close_together(4));
+    assert!(close_together(13));
+    assert!(!close_together(23), "10 ms after the one before");
+    assert!(!close_together(500));
+    assert!(close_together(501));
 }
 
 #[tokio::test]
@@ -195,6 +197,6 @@ async fn a_ready_connection_the_replica_closed_is_not_used() {
     let entry = ReadySocket { opened_at: Instant::now(), socket: Either::Left(client) };
     stock.state.lock().ready.push_back(entry);
     let counts = ReadyCounts::new(&Registry::new());
-    assert!(stock.take(Instant::now(), MAX_IDLE, &counts).is_none());
+    assert!(stock.take(Instant::now(), MAX_IDLE, &counts).socket.is_none());
     assert_eq!(counts.discarded.get(), 1);
 }

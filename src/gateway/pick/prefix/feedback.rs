@@ -81,7 +81,7 @@ impl PrefixFeedback {
             let dropped = index.evicted_before(&self.replica.name, evicted.tick);
             metrics.corrected.inc_by(dropped as u64);
             metrics.index_bytes.set(index.bytes() as i64);
-            if let Some(fill) = index.fills(&[&self.replica.name])[0] {
+            if let Some(fill) = index.fill(&self.replica.name) {
                 let name = self.replica.name.as_str();
                 let gauge = |figure: &str| metrics.cache_blocks.with_label_values(&[name, figure]);
                 gauge("learned_capacity").set(fill.capacity as i64);

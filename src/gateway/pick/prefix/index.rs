@@ -234,16 +234,13 @@ impl BlockIndex {
         dropped
     }
 
-    /// For each of `replicas`, how full its cache is expected to be (`None` until an
-    /// eviction taught its capacity).
-    pub fn fills(&self, replicas: &[&str]) -> Vec<Option<Fill>> {
+    /// How full `replica`'s cache is expected to be (`None` until an eviction taught its
+    /// capacity).
+    pub fn fill(&self, replica: &str) -> Option<Fill> {
         let inner = self.inner.lock();
-        let fill = |name: &&str| {
-            let slot = *inner.slots.get(*name)? as usize;
-            let capacity = inner.capacities[slot]?;
-            Some(Fill { resident: inner.orders[slot].len(), capacity })
-        };
-        replicas.iter().map(fill).collect()
+        let slot = *inner.slots.get(replica)? as usize;
+        let capacity = inner.capacities[slot]?;
+        Some(Fill { resident: inner.orders[slot].len(), capacity })
     }
 
     /// Drops every entry of `replica` (it left the set), and what was learned of its cache.

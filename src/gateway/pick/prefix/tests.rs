@@ -451,16 +451,16 @@ fn a_reported_eviction_teaches_the_replica_capacity() {
     // Ticks run from 1, each prompt stamped tail first: a's blocks get 1..=10, b's 11..=20.
     index.insert("r0", &(100..110).collect::<Vec<u64>>());
     index.insert("r0", &(200..210).collect::<Vec<u64>>());
-    assert_eq!(index.fills(&["r0", "r1"]), vec![None, None], "nothing learned before a miss");
+    assert_eq!(index.fill("r0"), None, "nothing learned before a miss");
     // The block of tick 11 was evicted: a's ten are gone, and b's ten are what it holds.
     assert_eq!(index.evicted_before("r0", 11), 10);
-    let fill = index.fills(&["r0", "r1"]);
-    assert_eq!(fill, vec![Some(Fill { resident: 10, capacity: 10.0 }), None]);
+    assert_eq!(index.fill("r0"), Some(Fill { resident: 10, capacity: 10.0 }));
+    assert_eq!(index.fill("r1"), None, "another replica's eviction teaches nothing of it");
     // Five more, then an eviction of tick 21's block and older: five held. The capacity
     // moves a quarter of the way: 10 + (5 - 10) / 4.
     index.insert("r0", &(300..305).collect::<Vec<u64>>());
     assert_eq!(index.evicted_before("r0", 21), 10);
-    assert_eq!(index.fills(&["r0"]), vec![Some(Fill { resident: 5, capacity: 8.75 })]);
+    assert_eq!(index.fill("r0"), Some(Fill { resident: 5, capacity: 8.75 }));
     index.forget_replica("r0");
-    assert_eq!(index.fills(&["r0"]), vec![None], "a replica that left is learned again");
+    assert_eq!(index.fill("r0"), None, "a replica that left is learned again");
 }
