@@ -1,6 +1,7 @@
-//! https replicas: streaming through force_close, spread and keep_alive to a simulated
-//! replica behind a TLS front, scrape and health checks over TLS, a replica whose CA the
-//! gateway does not trust (502, not a crash), mutual TLS, and `[upstream_tls]` validation.
+//! https replicas: streaming through force_close (with and without ready connections),
+//! spread and keep_alive to a simulated replica behind a TLS front, scrape and health
+//! checks over TLS, a replica whose CA the gateway does not trust (502, not a crash),
+//! mutual TLS, and `[upstream_tls]` validation.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -105,6 +106,39 @@ async fn every_strategy_streams_from_an_https_replica_and_checks_it_over_tls() {
     assert_eq!(sims[0].stats().requests_total, 3);
     assert_eq!(front.refused(), 0);
     assert!(front.alpn_http11() >= 1, "force_close and spread offer ALPN http/1.1");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn ready_connections_to_an_https_replica_are_opened_over_tls_and_used() {
+    let dir = temp_dir("ready");
+    let ca = TestCa::new(&dir, "replica-ca");
+    let server = ca.issue(&dir, "replica", &["127.0.0.1"]);
+    let sims = start_sims(1, 2).await;
+    let front = start_front(sims[0].addr(), &server, None).await;
+    let trusted = UpstreamTlsConfig { ca: Some(ca.pem.clone()), client: None };
+    let mut config = gateway_config(front.addr, Strategy::ForceClose, trusted);
+    config.short.ready_connections = 2;
+    // Every request counts as close to the one before.
+    config.short.ready_max_idle = Duration::from_secs(600);
+    let gateway = start_gateway(config).await;
+    let used = || {
+        sample(&gateway.metrics_text(), "laneway_ready_connections_total{outcome=\"used\"}")
+            .unwrap_or(0.0)
+    };
+    // Requests one after another until one finds a connection handshaken ahead (the
+    // third, unless the machine is slow to finish the handshakes in the background).
+    let mut sent = 0;
+    while used() < 1.0 && sent < 20 {
+        let (status, body) = stream_chat(&gateway).await;
+        assert_eq!(status, 200, "{body}");
+        assert!(body.trim_end().ends_with("data: [DONE]"), "{body}");
+        sent += 1;
+    }
+    assert!(used() >= 1.0, "no ready connection used in {sent} requests");
+    assert_eq!(sims[0].stats().requests_total, sent);
+    assert_eq!(front.refused(), 0);
+    gateway.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }
 
