@@ -33,6 +33,25 @@ fn gateway_config(
     config
 }
 
+/// A simulated replica behind a TLS front whose certificate (for 127.0.0.1) a test CA
+/// signed, and the upstream TLS settings that trust that CA; files under `dir`.
+struct HttpsReplica {
+    dir: std::path::PathBuf,
+    sims: Vec<laneway::sim::SimHandle>,
+    front: crate::support::tls::TlsFront,
+    trusted: UpstreamTlsConfig,
+}
+
+async fn https_sim(name: &str) -> HttpsReplica {
+    let dir = temp_dir(name);
+    let ca = TestCa::new(&dir, "replica-ca");
+    let server = ca.issue(&dir, "replica", &["127.0.0.1"]);
+    let sims = start_sims(1, 2).await;
+    let front = start_front(sims[0].addr(), &server, None).await;
+    let trusted = UpstreamTlsConfig { ca: Some(ca.pem.clone()), client: None };
+    HttpsReplica { dir, sims, front, trusted }
+}
+
 /// Sends one streaming chat request; (status, body).
 async fn stream_chat(gateway: &GatewayHandle) -> (u16, String) {
     let response = reqwest::Client::new()
@@ -56,12 +75,7 @@ fn sum_samples(text: &str, name: &str, labels: &[&str]) -> f64 {
 
 #[tokio::test]
 async fn every_strategy_streams_from_an_https_replica_and_checks_it_over_tls() {
-    let dir = temp_dir("strategies");
-    let ca = TestCa::new(&dir, "replica-ca");
-    let server = ca.issue(&dir, "replica", &["127.0.0.1"]);
-    let sims = start_sims(1, 2).await;
-    let front = start_front(sims[0].addr(), &server, None).await;
-    let trusted = UpstreamTlsConfig { ca: Some(ca.pem.clone()), client: None };
+    let HttpsReplica { dir, sims, front, trusted } = https_sim("strategies").await;
     for strategy in [Strategy::ForceClose, Strategy::Spread, Strategy::KeepAlive] {
         let gateway = start_gateway(gateway_config(front.addr, strategy, trusted.clone())).await;
         let (status, body) = stream_chat(&gateway).await;
@@ -111,12 +125,7 @@ async fn every_strategy_streams_from_an_https_replica_and_checks_it_over_tls() {
 
 #[tokio::test]
 async fn ready_connections_to_an_https_replica_are_opened_over_tls_and_used() {
-    let dir = temp_dir("ready");
-    let ca = TestCa::new(&dir, "replica-ca");
-    let server = ca.issue(&dir, "replica", &["127.0.0.1"]);
-    let sims = start_sims(1, 2).await;
-    let front = start_front(sims[0].addr(), &server, None).await;
-    let trusted = UpstreamTlsConfig { ca: Some(ca.pem.clone()), client: None };
+    let HttpsReplica { dir, sims, front, trusted } = https_sim("ready").await;
     let mut config = gateway_config(front.addr, Strategy::ForceClose, trusted);
     config.short.ready_connections = 2;
     // Every request counts as close to the one before.
