@@ -120,8 +120,52 @@ pub async fn send_on(
     replica: &str,
     request: Request<ProxyBody>,
 ) -> Result<Response<UpstreamBody>, GatewayError> {
+    reset_on_close(&socket);
     let response = wire::exchange(socket, request, After::Close)
         .await
         .map_err(|error| upstream_error::from_wire(replica, error))?;
     Ok(response.map(UpstreamBody::Wire))
+}
+
+/// Makes closing a plain TCP `socket` reset it (`SO_LINGER` 0), as HAProxy does with the
+/// server side of `httpclose`: the replica, which closes its side after the response, is
+/// left without a `TIME_WAIT` entry per request, and the close is one segment, not a FIN
+/// exchange (measured: README, "Upstream connection strategies"). The gateway closes only
+/// once the whole response was read, or to abandon it. TLS connections close as before.
+fn reset_on_close(socket: &Socket) {
+    if let Either::Left(tcp) = socket {
+        // A failure leaves the ordinary close: nothing to report.
+        let _ = socket2::SockRef::from(tcp).set_linger(Some(Duration::ZERO));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::body::full;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn the_connection_is_reset_once_the_response_was_read() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (mut replica, _) = listener.accept().await.unwrap();
+        let request = Request::get("/v1/models").body(full("")).unwrap();
+        let sending = tokio::spawn(async move {
+            let response = send_on(Either::Left(client), "r0", request).await.unwrap();
+            http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes()
+        });
+        let mut head = Vec::new();
+        while !head.windows(4).any(|window| window == b"\r\n\r\n") {
+            assert!(replica.read_buf(&mut head).await.unwrap() > 0, "the request arrives");
+        }
+        replica.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await.unwrap();
+        assert_eq!(&sending.await.unwrap()[..], b"ok");
+        // The gateway has read the response and dropped the connection: a reset, not an
+        // orderly close (a read of 0 bytes).
+        let mut rest = [0u8; 16];
+        let read = replica.read(&mut rest).await;
+        let reset = read.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset);
+        assert!(reset, "{read:?}");
+    }
 }
