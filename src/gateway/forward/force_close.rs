@@ -128,7 +128,7 @@ pub async fn send_on(
 }
 
 /// Makes closing a plain TCP `socket` reset it (`SO_LINGER` 0), as HAProxy does with the
-/// server side of `httpclose`: the replica, which closes its side after the response, is
+/// server connections it closes first: the replica, which closes its side after the response, is
 /// left without a `TIME_WAIT` entry per request, and the close is one segment, not a FIN
 /// exchange (measured: README, "Upstream connection strategies"). The gateway closes only
 /// once the whole response was read, or to abandon it. TLS connections close as before.
