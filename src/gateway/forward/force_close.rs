@@ -128,10 +128,11 @@ pub async fn send_on(
 }
 
 /// Makes closing a plain TCP `socket` reset it (`SO_LINGER` 0), as HAProxy does with the
-/// server connections it closes first: the replica, which closes its side after the response, is
-/// left without a `TIME_WAIT` entry per request, and the close is one segment, not a FIN
-/// exchange (measured: README, "Upstream connection strategies"). The gateway closes only
-/// once the whole response was read, or to abandon it. TLS connections close as before.
+/// server connections it closes first: the replica, which closes its side after the
+/// response, is left without a `TIME_WAIT` entry per request, and the close is one
+/// segment, not a FIN exchange (measured: README, "Upstream connection strategies"). The
+/// gateway closes only once the whole response was read, or to abandon it. TLS
+/// connections close as before.
 fn reset_on_close(socket: &Socket) {
     if let Either::Left(tcp) = socket {
         // A failure leaves the ordinary close: nothing to report.
