@@ -98,11 +98,18 @@ async fn metrics(State(live): State<Arc<LiveState>>) -> impl IntoResponse {
     ([(CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }
 
-/// The exposition, with the N-1 headroom computed from the current replica set.
+/// The exposition, with the N-1 headroom computed from the current replica set and each
+/// replica's rotation state as of now (a passive ejection ends by time alone; the health
+/// round that logs its end may come up to an interval later).
 pub fn render_metrics(state: &GatewayState) -> String {
     let capacity = state.shared.admission.limits().max_in_flight_per_replica;
-    let figures = headroom::n_minus_one(&state.picker.snapshot(), capacity);
+    let replicas = state.picker.snapshot();
+    let figures = headroom::n_minus_one(&replicas, capacity);
     let reliability = &state.shared.reliability_metrics;
+    for replica in replicas.iter() {
+        let healthy = reliability.replica_healthy.with_label_values(&[&replica.name]);
+        healthy.set(i64::from(replica.accepts_new_requests()));
+    }
     // A replica's capacity is only known when its in-flight limit is configured.
     let known = capacity != NO_REPLICA_LIMIT;
     reliability.n_minus_one_headroom.set(if known { figures.n_minus_one } else { 0 });
