@@ -145,7 +145,7 @@ impl GatewayState {
             config.reliability.health.clone(),
             shared.reliability_metrics.clone(),
         ));
-        let variants = Variants::new(&config, &upstream_tls, &shared.ready_counts);
+        let variants = Variants::new(&config, &upstream_tls, &ready_counts);
         shared.prefix.index.set_capacity_bytes(config.prefix.index_bytes);
         shared.canary.set_layout(variants.layout());
         let tenants = Tenants::new(
