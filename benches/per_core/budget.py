@@ -2,6 +2,10 @@
 
     budget.py INCLUSIVE_TXT REQUESTS STRATEGY
 
+A step none of whose functions ran on its own reads "not seen": never called, or inlined into
+its caller (the release profile's fat LTO inlines several); a build with `CARGO_PROFILE_RELEASE_LTO=false
+CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16` attributes every step.
+
 Each step is the largest inclusive count among the lines of the functions its pattern matches (a step's
 functions call each other, so counts are not summed); steps overlap (the request path holds
 most of the others), so the shares do not add up to 100%.
@@ -23,7 +27,8 @@ STEPS = [
     ("    classify (JSON check, model, prompt estimate)", r"classify::classify_with_model$"),
     ("    admission and pick", r"admission::Admission::try_admit$"),
     ("    forward (pick, rewrite, send, wait for the head)",
-     r"laneway::gateway::listen::dispatch::pick_and_forward::\{\{closure\}\}$"),
+     r"laneway::gateway::listen::dispatch::pick_and_forward::\{\{closure\}\}$"
+     r"|laneway::gateway::listen::attempts::forward::\{\{closure\}\}$"),
     ("      upstream request rewrite", r"forward::request::to_upstream$"),
     ("      upstream exchange (own client: write, read, parse the head)",
      r"forward::wire::exchange::\{\{closure\}\}$"),
@@ -77,10 +82,15 @@ def main():
             for count, function in rows:
                 if regex.search(function):
                     largest[function] = max(largest.get(function, 0), count)
-            count = sum(largest.values())
+            count = sum(largest.values()) if largest else None
         else:
-            count = max((c for c, f in rows if regex.search(f)), default=0)
+            count = max((c for c, f in rows if regex.search(f)), default=None)
         label = name.replace("  ", "&nbsp;&nbsp;")
+        if count is None:
+            # No function of the step ran on its own: never called, or inlined into its
+            # caller (the release profile's LTO inlines several), whose line counts it.
+            print(f"| {label} | not seen | - |")
+            continue
         print(f"| {label} | {count / requests:,.0f} | {100 * count / total:.1f}% |")
 
 

@@ -11,7 +11,10 @@
 # (default 2000) tiny chat requests go over 4 keep-alive connections, and the counters are
 # dumped. The steps are named in budget.py; callgrind_annotate's whole inclusive listing is
 # kept in $BUDGET_OUT (default /tmp/per-core-budget-STRATEGY.txt), the raw profile beside it
-# (.callgrind, for callgrind_annotate --tree=caller). Needs valgrind and nginx.
+# (.callgrind, for callgrind_annotate --tree=caller). Needs valgrind and nginx. The total
+# holds for any build; with the release profile's fat LTO some steps are inlined into their
+# callers and read "not seen": build with CARGO_PROFILE_RELEASE_LTO=false
+# CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 (into its own CARGO_TARGET_DIR) to attribute them.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
