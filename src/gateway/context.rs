@@ -46,12 +46,12 @@ pub struct RequestCtx {
 }
 
 impl RequestCtx {
-    /// A request as it arrives: headed for `entry`, served by `strategy` unless a variant
-    /// or another entry takes it.
+    /// A request as it arrives (its head complete at `received_at`): headed for `entry`,
+    /// served by `strategy` unless a variant or another entry takes it.
     pub fn new(
         request_id: HeaderValue,
-        method: Method,
-        uri: Uri,
+        (method, uri): (Method, Uri),
+        received_at: Instant,
         (entry, strategy): (Entry, Strategy),
         access_log: bool,
     ) -> Self {
@@ -59,7 +59,7 @@ impl RequestCtx {
             request_id,
             method,
             uri,
-            received_at: Instant::now(),
+            received_at,
             access_log,
             entry,
             inference: false,

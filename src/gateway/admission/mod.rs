@@ -162,14 +162,18 @@ impl Admission {
     ) -> Result<(InFlightGuard, AdmissionPermit), GatewayError> {
         let limits = self.limits();
         let window = fair_window(&limits);
-        // The scope hashes the request's replicas: only worth it once shares are counted.
-        let scope = if self.shares.counting(flow) { placement.scope() } else { 0 };
-        let key = self.shares.arrived(scope, flow, clock::now_micros(), window);
+        // The scope hashes the request's replicas, and the shares read the clock: only worth
+        // it once shares are counted.
+        let counting = self.shares.counting(flow);
+        let scope = if counting { placement.scope() } else { 0 };
+        let now = if counting { clock::now_micros() } else { 0 };
+        let key = self.shares.arrived(scope, flow, now, window);
         let mut arrival = Arrival { shares: &self.shares, flow: &key, admitted: false };
         let arrived_at = Instant::now();
         let admitted = self.wait_for_place(placement, prompt_tokens, flow, &key, &limits).await;
-        if admitted.is_ok() {
-            let waited = arrived_at.elapsed().as_secs_f64();
+        if let Ok((_, _, queued)) = &admitted {
+            // A request admitted at once waited for nothing: no second clock read.
+            let waited = if *queued { arrived_at.elapsed().as_secs_f64() } else { 0.0 };
             if flow.key.is_empty() {
                 self.untenanted_wait.observe(waited);
             } else {
@@ -178,7 +182,7 @@ impl Admission {
             // From here the permit says when the request leaves.
             arrival.admitted = true;
         }
-        admitted
+        admitted.map(|(guard, permit, _)| (guard, permit))
     }
 
     async fn wait_for_place(
@@ -188,11 +192,11 @@ impl Admission {
         flow: &Flow,
         key: &FlowKey,
         limits: &AdmissionConfig,
-    ) -> Result<(InFlightGuard, AdmissionPermit), GatewayError> {
+    ) -> Result<(InFlightGuard, AdmissionPermit, bool), GatewayError> {
         if self.queue.is_empty()
             && let Try::Admitted(guard, permit) = self.try_admit(placement, prompt_tokens, key)?
         {
-            return Ok((guard, permit));
+            return Ok((guard, permit, false));
         }
         let _length = QueueLengthGauge(self);
         let Some(ticket) = self.queue.join_as(limits.queue_size, flow) else {
@@ -215,7 +219,7 @@ impl Admission {
             }
             if woken {
                 match self.try_admit(placement, prompt_tokens, key)? {
-                    Try::Admitted(guard, permit) => return Ok((guard, permit)),
+                    Try::Admitted(guard, permit) => return Ok((guard, permit, true)),
                     Try::Full => {}
                     Try::NoRoomHere => ticket.pass_on(),
                 }

@@ -48,8 +48,8 @@ pub async fn dispatch(
     let span = tracing::debug_span!("request", request_id = request_id::as_text(&id));
     let headed_for = (Entry::Short, state.connector(Entry::Short).strategy());
     let (method, uri) = (request.method().clone(), request.uri().clone());
-    let mut ctx = RequestCtx::new(id.clone(), method, uri, headed_for, state.config.access_log);
-    ctx.received_at = received_at;
+    let access_log = state.config.access_log;
+    let mut ctx = RequestCtx::new(id.clone(), (method, uri), received_at, headed_for, access_log);
     let mut response = serve_request(state, role, request, &mut ctx).instrument(span).await;
     response.headers_mut().insert(headers::REQUEST_ID, id);
     response

@@ -87,7 +87,7 @@ pub fn respond(
     let watchdog = StreamWatchdog::new(
         timeouts.idle,
         timeouts.total,
-        ctx.received_at,
+        (ctx.received_at, tokio::time::Instant::from_std(headers_at)),
         state.shared.abort_streams.clone(),
     );
     let kind = body_kind(ctx.inference, &parts.headers);

@@ -82,7 +82,10 @@ where
                 Poll::Pending => return Poll::Pending,
             },
             Poll::Ready(Some(Ok(frame))) => {
-                let now = Instant::now();
+                // One clock read per frame, for the recorder and the watchdog alike (tokio's
+                // clock is std's outside tests; tests may pause it for the watchdog).
+                let read_at = tokio::time::Instant::now();
+                let now = read_at.into_std();
                 if let Some(data) = frame.data_ref() {
                     this.recorder.on_data(data, now);
                 }
@@ -93,7 +96,7 @@ where
                     this.guard.take();
                     *this.ended = true;
                 }
-                this.watchdog.on_progress();
+                this.watchdog.on_progress(read_at);
                 return Poll::Ready(Some(Ok(frame)));
             }
             Poll::Ready(None) => {

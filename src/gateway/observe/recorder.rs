@@ -339,8 +339,7 @@ mod tests {
         let (method, uri) = (http::Method::POST, http::Uri::from_static("/v1/completions"));
         let id = http::HeaderValue::from_static("request-1");
         let entry = (Entry::Short, Strategy::ForceClose);
-        let mut ctx = RequestCtx::new(id, method, uri, entry, false);
-        ctx.received_at = at;
+        let mut ctx = RequestCtx::new(id, (method, uri), at, entry, false);
         ctx.prompt_tokens = 11;
         Recorder::new(metrics.clone(), ctx, ("r0".into(), http::StatusCode::OK), kind)
     }

@@ -49,25 +49,27 @@ struct Armed {
 }
 
 impl StreamWatchdog {
+    /// A watchdog for a response whose request arrived at `received_at`, starting `now`;
     /// `abort` turning true ends the response (the drain deadline passed).
     pub fn new(
         idle: Duration,
         total: Duration,
-        received_at: std::time::Instant,
+        (received_at, now): (std::time::Instant, Instant),
         abort: watch::Receiver<bool>,
     ) -> Self {
         Self {
             idle,
             total_deadline: Instant::from_std(received_at) + total,
-            last_progress: Instant::now(),
+            last_progress: now,
             abort,
             armed: None,
         }
     }
 
-    /// A chunk went through: the idle gap starts again.
-    pub fn on_progress(&mut self) {
-        self.last_progress = Instant::now();
+    /// A chunk went through at `now`: the idle gap starts again. The caller's clock read,
+    /// not one of its own: a stream passes here once per token event.
+    pub fn on_progress(&mut self, now: Instant) {
+        self.last_progress = now;
     }
 
     fn next_deadline(&self) -> Instant {
@@ -124,7 +126,8 @@ mod tests {
         let (abort, receiver) = watch::channel(false);
         let idle = Duration::from_millis(idle_ms);
         let total = Duration::from_millis(total_ms);
-        (StreamWatchdog::new(idle, total, std::time::Instant::now(), receiver), abort)
+        let started = (std::time::Instant::now(), Instant::now());
+        (StreamWatchdog::new(idle, total, started, receiver), abort)
     }
 
     #[tokio::test(start_paused = true)]
@@ -132,7 +135,7 @@ mod tests {
         let (mut watchdog, _abort) = watchdog(100, 10_000);
         assert!(poll_once(&mut watchdog).await.is_pending());
         tokio::time::advance(Duration::from_millis(60)).await;
-        watchdog.on_progress();
+        watchdog.on_progress(Instant::now());
         // The timer set for 100 ms fires; the real deadline is now 160 ms.
         tokio::time::advance(Duration::from_millis(60)).await;
         assert!(poll_once(&mut watchdog).await.is_pending());
@@ -146,7 +149,7 @@ mod tests {
         for _ in 0..5 {
             assert!(poll_once(&mut watchdog).await.is_pending());
             tokio::time::advance(Duration::from_millis(60)).await;
-            watchdog.on_progress();
+            watchdog.on_progress(Instant::now());
         }
         assert_eq!(poll_once(&mut watchdog).await, Poll::Ready(Expiry::Total));
     }

@@ -25,9 +25,19 @@ pub struct ReplicaHealth {
 }
 
 impl ReplicaHealth {
-    /// Passive ejection still running.
+    /// Passive ejection still running. Read on every pick: a replica never ejected, or
+    /// whose ejection was seen over, costs no clock read.
     pub fn is_ejected(&self) -> bool {
-        now_micros() < self.ejected_until.load(Ordering::Acquire)
+        let until = self.ejected_until.load(Ordering::Acquire);
+        if until == 0 {
+            return false;
+        }
+        if now_micros() < until {
+            return true;
+        }
+        // Over: forget it, unless a new ejection was set meanwhile.
+        let _ = self.ejected_until.compare_exchange(until, 0, Ordering::AcqRel, Ordering::Relaxed);
+        false
     }
 
     /// The active checks currently find the replica down.
@@ -46,5 +56,23 @@ impl ReplicaHealth {
 
     pub fn ejections(&self) -> u32 {
         self.ejections.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ejection_holds_until_its_end_and_is_then_forgotten() {
+        let health = ReplicaHealth::default();
+        assert!(!health.is_ejected() && health.in_rotation());
+        health.ejected_until.store(u64::MAX, Ordering::Release);
+        assert!(health.is_ejected() && !health.in_rotation());
+        // An end already passed (1 is the clock's first microsecond): over, and cleared.
+        health.ejected_until.store(1, Ordering::Release);
+        assert!(!health.is_ejected());
+        assert_eq!(health.ejected_until.load(Ordering::Acquire), 0);
+        assert!(health.in_rotation());
     }
 }
