@@ -44,8 +44,16 @@ SUFFIX=""
 OUT="${PEERS_OUT:-$ROOT/benches/results/$DATE$SUFFIX}"
 WORK="$(mktemp -d /tmp/laneway-peers.XXXXXX)"
 VENV="${PEERS_VENV:-$ROOT/target/peers-venv}"
-# PEERS_LANEWAY=BINARY measures that build instead of building the tree's.
+# PEERS_LANEWAY=BINARY measures that build instead of building the tree's (it is also the
+# load generator, `laneway bench`).
 LANEWAY="${PEERS_LANEWAY:-$ROOT/target/release/laneway}"
+# LANEWAY_EXTRA_CONFIG: configuration lines (printf %b escapes, e.g.
+# "[admission]\nmax_unanswered_per_replica = 4") appended to the configuration of every
+# laneway target of the build under test in the degraded, hetero, sweep and prefix parts,
+# after the tables the script writes (baselines are left as they are): a knob measured
+# without a new build. Tables the script writes inline (each entry's `slo`) cannot be
+# reopened this way.
+LANEWAY_EXTRA_CONFIG="${LANEWAY_EXTRA_CONFIG:-}"
 STARTED_AT=$SECONDS
 # An open loop against a slow target holds many connections open: allow what the system allows.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true

@@ -65,6 +65,7 @@ start_laneway_tp4x4() {
         for i in 0 1 2 3; do
             printf '[[replicas]]\nname = "tp4-%s"\nurl = "%s"\nnode = "%s"\n' "$i" "${FLEET4[$i]}" "${nodes[$i]}"
         done
+        if [[ "$binary" == "$LANEWAY" ]]; then printf '%b\n' "$LANEWAY_EXTRA_CONFIG"; fi
     } >"$config"
     "${PIN_PROXY[@]}" "$binary" serve --config "$config" >"$WORK/$name.out" 2>"$WORK/$name.err" &
     PIDS+=($!)

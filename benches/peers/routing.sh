@@ -85,6 +85,7 @@ start_laneway_fleet() {
             index=$((index + 1))
         done
         echo "$extra"
+        if [[ "$binary" == "$LANEWAY" ]]; then printf '%b\n' "$LANEWAY_EXTRA_CONFIG"; fi
     } >"$config"
     "${PIN_PROXY[@]}" "$binary" serve --config "$config" >"$WORK/$name.out" 2>"$WORK/$name.err" &
     PIDS+=($!)
