@@ -45,7 +45,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 /// Whether `name` describes one connection, not the request (RFC 9110 §7.6.1, plus the
 /// legacy `Keep-Alive` and `Proxy-Connection`): a match on the lowercase text, a length
 /// test and one compare.
-fn is_hop_by_hop(name: &HeaderName) -> bool {
+pub fn is_hop_by_hop(name: &HeaderName) -> bool {
     matches!(
         name.as_str(),
         "connection"

@@ -1,5 +1,9 @@
 //! Reading a response head: interim (1xx) heads skipped, header values kept as views into
-//! the bytes read, and the body's framing decided by RFC 9112 §6.3.
+//! the bytes read, and the body's framing decided by RFC 9112 §6.3. The connection's own
+//! headers (hop-by-hop, and those `Connection` names) are read for the framing and the
+//! connection's fate while the head is parsed, and left out of the headers passed on: a
+//! proxy must not forward them, and reading them once here spares the map lookups and
+//! removals a later pass would cost on every response.
 
 use std::mem::MaybeUninit;
 
@@ -10,6 +14,7 @@ use tokio::io::AsyncRead;
 
 use super::body::{Framing, fill};
 use super::{MAX_HEAD_BYTES, WireError};
+use crate::gateway::forward::request::is_hop_by_hop;
 
 /// Headers a response head may carry.
 const MAX_HEADERS: usize = 100;
@@ -22,7 +27,70 @@ const ADDED_HEADERS: usize = 10;
 pub struct Head {
     pub status: StatusCode,
     pub version: Version,
+    /// The end-to-end headers: without the hop-by-hop ones, which [`Self::connection`]
+    /// says what they meant.
     pub headers: HeaderMap,
+    pub connection: ConnectionHeaders,
+}
+
+/// What the headers that concern the connection and the body's framing said.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ConnectionHeaders {
+    /// `Transfer-Encoding` was sent.
+    transfer_encoding: bool,
+    /// Its last coding named was `chunked`.
+    chunked_last: bool,
+    /// The `Content-Length` every item agreed on.
+    content_length: Option<u64>,
+    /// Why the `Content-Length` items are not one length.
+    content_length_error: Option<&'static str>,
+    /// `Connection: close`.
+    close: bool,
+}
+
+impl ConnectionHeaders {
+    /// Takes in one `Transfer-Encoding` value (a value that is not visible ASCII names no
+    /// coding, as `HeaderValue::to_str` reads it).
+    fn transfer_encoding(&mut self, value: &[u8]) {
+        self.transfer_encoding = true;
+        let mut codings = visible_ascii(value).unwrap_or("").split(',').map(str::trim);
+        if let Some(last) = codings.rfind(|coding| !coding.is_empty()) {
+            self.chunked_last = last.eq_ignore_ascii_case("chunked");
+        }
+    }
+
+    /// Takes in one `Content-Length` value: a comma-separated list of equal lengths.
+    fn content_length(&mut self, value: &[u8]) {
+        for item in visible_ascii(value).unwrap_or("").split(',') {
+            match content_length(item.as_bytes()) {
+                None => self.content_length_error = Some("bad content-length"),
+                Some(length) if self.content_length.is_some_and(|seen| seen != length) => {
+                    self.content_length_error = Some("content-lengths disagree");
+                }
+                Some(length) => self.content_length = Some(length),
+            }
+        }
+    }
+
+    /// Takes in one `Connection` value; returns the header names it lists beyond `close`
+    /// and `keep-alive` (each connection-specific too, so left out as well).
+    fn connection<'a>(&mut self, value: &'a [u8]) -> Vec<&'a str> {
+        let mut named = Vec::new();
+        for token in visible_ascii(value).unwrap_or("").split(',').map(str::trim) {
+            if token.eq_ignore_ascii_case("close") {
+                self.close = true;
+            } else if !token.is_empty() && !token.eq_ignore_ascii_case("keep-alive") {
+                named.push(token);
+            }
+        }
+        named
+    }
+}
+
+/// The value as text if every byte is visible ASCII (or a tab), as `HeaderValue::to_str`.
+fn visible_ascii(value: &[u8]) -> Option<&str> {
+    let visible = value.iter().all(|&byte| byte == b'\t' || (32..127).contains(&byte));
+    visible.then(|| std::str::from_utf8(value).ok()).flatten()
 }
 
 /// Reads from `io` until a final response head is in `buffer`, and takes it out; what
@@ -91,16 +159,36 @@ fn parse(bytes: &Bytes) -> Result<Head, WireError> {
     // Room for the headers the gateway adds before it answers (`x-laneway-*`, the request
     // id, a tenant's rate limits) without growing the map.
     let mut map = HeaderMap::with_capacity(response.headers.len() + ADDED_HEADERS);
+    let mut connection = ConnectionHeaders::default();
+    // Header names a `Connection` value lists (rare): left out once the map is whole.
+    let mut listed: Vec<HeaderName> = Vec::new();
     for header in response.headers.iter() {
         let name = HeaderName::from_bytes(header.name.as_bytes())
             .map_err(|_| WireError::Framing("bad header name"))?;
+        if is_hop_by_hop(&name) {
+            if name == TRANSFER_ENCODING {
+                connection.transfer_encoding(header.value);
+            } else if name == CONNECTION {
+                let named = connection.connection(header.value).into_iter();
+                listed.extend(
+                    named.filter_map(|token| HeaderName::from_bytes(token.as_bytes()).ok()),
+                );
+            }
+            continue;
+        }
+        if name == CONTENT_LENGTH {
+            connection.content_length(header.value);
+        }
         // httparse let through only what a header value may hold; `HeaderValue` checks
         // the same bytes again (its unchecked constructor is `unsafe`, kept out of here).
         let value = HeaderValue::from_maybe_shared(bytes.slice_ref(header.value))
             .map_err(|_| WireError::Framing("bad header value"))?;
         map.append(name, value);
     }
-    Ok(Head { status, version, headers: map })
+    for name in listed {
+        map.remove(name);
+    }
+    Ok(Head { status, version, headers: map, connection })
 }
 
 /// A `Content-Length` value (or one item of a comma-separated list of them): digits only
@@ -117,12 +205,7 @@ pub fn content_length(value: &[u8]) -> Option<u64> {
 /// Whether the connection may carry another request after this response: HTTP/1.1
 /// without `Connection: close`, and a body that ends by its framing, not by a close.
 pub fn goes_on(head: &Head, framing: Framing) -> bool {
-    let closes = head.headers.get_all(CONNECTION).iter().any(|value| {
-        value.to_str().is_ok_and(|value| {
-            value.split(',').any(|token| token.trim().eq_ignore_ascii_case("close"))
-        })
-    });
-    head.version == Version::HTTP_11 && !closes && framing != Framing::UntilClose
+    head.version == Version::HTTP_11 && !head.connection.close && framing != Framing::UntilClose
 }
 
 /// How the body after `head` is delimited (RFC 9112 §6.3).
@@ -133,37 +216,84 @@ pub fn framing(head: &Head, head_request: bool) -> Result<Framing, WireError> {
     {
         return Ok(Framing::Empty);
     }
-    if head.headers.contains_key(TRANSFER_ENCODING) {
-        let last_coding = head
-            .headers
-            .get_all(TRANSFER_ENCODING)
-            .iter()
-            .filter_map(|value| value.to_str().ok())
-            .flat_map(|value| value.split(','))
-            .map(str::trim)
-            .rfind(|coding| !coding.is_empty());
-        return Ok(match last_coding {
-            Some(coding) if coding.eq_ignore_ascii_case("chunked") => Framing::Chunked,
-            _ => Framing::UntilClose,
-        });
+    let connection = &head.connection;
+    if connection.transfer_encoding {
+        return Ok(if connection.chunked_last { Framing::Chunked } else { Framing::UntilClose });
     }
-    let mut length = None;
-    for value in head.headers.get_all(CONTENT_LENGTH) {
-        for item in value.to_str().unwrap_or("").split(',') {
-            let parsed =
-                content_length(item.as_bytes()).ok_or(WireError::Framing("bad content-length"))?;
-            if length.is_some_and(|seen| seen != parsed) {
-                return Err(WireError::Framing("content-lengths disagree"));
-            }
-            length = Some(parsed);
-        }
+    if let Some(error) = connection.content_length_error {
+        return Err(WireError::Framing(error));
     }
-    Ok(length.map_or(Framing::UntilClose, Framing::Length))
+    Ok(connection.content_length.map_or(Framing::UntilClose, Framing::Length))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::head_length;
+    use super::*;
+
+    fn parsed(head: &str) -> Result<Head, WireError> {
+        parse(&Bytes::copy_from_slice(head.as_bytes()))
+    }
+
+    #[test]
+    fn the_connection_headers_are_read_and_left_out() {
+        let head = parsed(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nConnection: keep-alive, \
+             X-Hop\r\nx-hop: 1\r\nkeep-alive: timeout=5\r\ntransfer-encoding: chunked\r\n\
+             x-request-id: a\r\n\r\n",
+        )
+        .unwrap();
+        let names: Vec<&str> = head.headers.keys().map(HeaderName::as_str).collect();
+        assert_eq!(names, ["content-type", "x-request-id"]);
+        assert_eq!(framing(&head, false).unwrap(), Framing::Chunked);
+        assert!(goes_on(&head, Framing::Chunked));
+    }
+
+    #[test]
+    fn close_and_the_last_coding_decide_as_the_headers_say() {
+        let head = parsed("HTTP/1.1 200 OK\r\nconnection: Close\r\ncontent-length: 2\r\n\r\n");
+        let head = head.unwrap();
+        assert_eq!(framing(&head, false).unwrap(), Framing::Length(2));
+        assert!(!goes_on(&head, Framing::Length(2)));
+        assert_eq!(head.headers.get(CONTENT_LENGTH).unwrap(), "2");
+        // The last coding named wins, over several values; an empty list names none.
+        let head = parsed(
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntransfer-encoding: gzip\r\n\
+             transfer-encoding: ,\r\n\r\n",
+        );
+        assert_eq!(framing(&head.unwrap(), false).unwrap(), Framing::UntilClose);
+        let head = parsed("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n");
+        assert_eq!(framing(&head.unwrap(), false).unwrap(), Framing::Chunked);
+    }
+
+    #[test]
+    fn content_lengths_must_agree_and_be_digits() {
+        let length = |value: &str| {
+            let head = parsed(&format!("HTTP/1.1 200 OK\r\ncontent-length: {value}\r\n\r\n"));
+            framing(&head.unwrap(), false).map_err(|error| error.to_string())
+        };
+        assert_eq!(length("7, 7").unwrap(), Framing::Length(7));
+        assert!(length("7, 8").unwrap_err().contains("disagree"));
+        assert!(length("+7").unwrap_err().contains("bad content-length"));
+        let twice = parsed("HTTP/1.1 200 OK\r\ncontent-length: 3\r\ncontent-length: 4\r\n\r\n");
+        assert!(framing(&twice.unwrap(), false).is_err());
+        // A chunked body ignores the length; a HEAD answer and a 204 have no body.
+        let both =
+            parsed("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: x\r\n\r\n");
+        assert_eq!(framing(&both.unwrap(), false).unwrap(), Framing::Chunked);
+        let bad = parsed("HTTP/1.1 204 No Content\r\ncontent-length: x\r\n\r\n").unwrap();
+        assert_eq!(framing(&bad, false).unwrap(), Framing::Empty);
+        let head = parsed("HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n").unwrap();
+        assert_eq!(framing(&head, true).unwrap(), Framing::Empty);
+    }
+
+    #[test]
+    fn an_http_1_0_answer_or_one_without_framing_ends_the_connection() {
+        let head = parsed("HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\n").unwrap();
+        assert!(!goes_on(&head, Framing::Length(2)));
+        let head = parsed("HTTP/1.1 200 OK\r\n\r\n").unwrap();
+        assert_eq!(framing(&head, false).unwrap(), Framing::UntilClose);
+        assert!(!goes_on(&head, Framing::UntilClose));
+    }
 
     #[test]
     fn a_head_ends_at_its_first_empty_line_wherever_the_search_resumes() {
