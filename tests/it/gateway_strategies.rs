@@ -1,6 +1,7 @@
 //! Upstream connection strategies, seen from the replica's side: how many connections the
-//! simulator accepted for the same traffic under force_close, keep_alive and spread, and
-//! how spread deals with a connection the replica closed while it was kept.
+//! simulator accepted for the same traffic under force_close, keep_alive and spread, how
+//! spread deals with a connection the replica closed while it was kept, and the head each
+//! strategy sends (the replica's own `Host`, no connection-specific headers).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -252,4 +253,112 @@ async fn spread_replaces_a_connection_the_replica_closed_while_it_idled() {
         assert_eq!(chat_connections.load(Ordering::SeqCst), turn);
     }
     gateway.shutdown().await;
+}
+
+/// A replica that answers every request with a small chat completion on a kept connection
+/// and sends the head of each request it read (lowercase) on the channel.
+async fn replica_recording_heads() -> (SocketAddr, mpsc::UnboundedReceiver<String>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (heads_tx, heads) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let heads_tx = heads_tx.clone();
+            tokio::spawn(async move {
+                let mut bytes = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        match socket.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(read) => bytes.extend_from_slice(&chunk[..read]),
+                        }
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&bytes[..end]).to_ascii_lowercase();
+                    let length = head
+                        .lines()
+                        .find_map(|line| line.strip_prefix("content-length: "))
+                        .map_or(0, |value| value.trim().parse::<usize>().unwrap());
+                    while bytes.len() < end + 4 + length {
+                        match socket.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(read) => bytes.extend_from_slice(&chunk[..read]),
+                        }
+                    }
+                    bytes.drain(..end + 4 + length);
+                    let _ = heads_tx.send(head);
+                    let body = r#"{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if socket.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, heads)
+}
+
+/// The next recorded head of a chat request (the scraper's and health checker's requests
+/// to other paths are skipped).
+async fn next_chat_head(heads: &mut mpsc::UnboundedReceiver<String>) -> String {
+    loop {
+        let head = heads.recv().await.unwrap();
+        if head.starts_with("post /v1/chat/completions") {
+            return head;
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_strategy_sends_the_replica_its_own_host_and_no_connection_headers() {
+    for strategy in [Strategy::ForceClose, Strategy::Spread, Strategy::KeepAlive] {
+        let (addr, mut heads) = replica_recording_heads().await;
+        let config =
+            with_strategy(loopback_config(vec![replica("r", addr)]), Entry::Short, strategy);
+        let gateway = start_gateway(config).await;
+        let client = reqwest::Client::new();
+        let chat =
+            || client.post(url(&gateway, "/v1/chat/completions")).json(&chat_body(10, 2, false));
+        // Without hop-by-hop headers (sent from the client's head as it came) and with them
+        // (a copy stripped of them, and of the header `Connection` names).
+        let plain = chat().header("x-keep", "1").send().await.unwrap();
+        assert_eq!(plain.status(), 200, "{strategy:?}");
+        plain.bytes().await.unwrap();
+        let head = next_chat_head(&mut heads).await;
+        let hopping = chat()
+            .header("connection", "keep-alive, x-drop")
+            .header("x-drop", "1")
+            .header("te", "trailers")
+            .header("x-keep", "2")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(hopping.status(), 200, "{strategy:?}");
+        hopping.bytes().await.unwrap();
+        let stripped = next_chat_head(&mut heads).await;
+        for (head, kept) in [(head, "x-keep: 1"), (stripped, "x-keep: 2")] {
+            let lines: Vec<&str> = head.lines().collect();
+            let host = format!("host: {addr}");
+            assert_eq!(lines.iter().filter(|l| l.starts_with("host:")).count(), 1, "{head}");
+            assert!(lines.contains(&host.as_str()), "{strategy:?}: {head}");
+            assert!(lines.contains(&kept), "{strategy:?}: {head}");
+            assert!(
+                !lines.iter().any(|l| l.starts_with("x-drop") || l.starts_with("te:")),
+                "{head}"
+            );
+            let connection: Vec<&&str> =
+                lines.iter().filter(|l| l.starts_with("connection:")).collect();
+            let expected: &[&str] =
+                if strategy == Strategy::ForceClose { &["connection: close"] } else { &[] };
+            assert_eq!(connection.iter().map(|l| **l).collect::<Vec<_>>(), expected, "{head}");
+            assert!(lines.iter().any(|l| l.starts_with("content-length: ")), "{head}");
+        }
+        gateway.shutdown().await;
+    }
 }

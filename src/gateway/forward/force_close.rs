@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use http::{Request, Response};
+use http::Response;
 use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_util::either::Either;
@@ -14,8 +14,7 @@ use tokio_util::either::Either;
 use super::addresses::ReplicaAddresses;
 use super::upstream_body::UpstreamBody;
 use super::upstream_error::{self, ConnectError, connect_failed};
-use super::wire::{self, After, Socket};
-use crate::gateway::body::ProxyBody;
+use super::wire::{self, After, Outgoing, Socket};
 use crate::gateway::error::GatewayError;
 use crate::gateway::pick::Replica;
 use crate::gateway::tls::upstream::UpstreamTls;
@@ -107,7 +106,7 @@ async fn connect_tls(
 pub async fn send(
     upstream: Upstream<'_>,
     timeout: Duration,
-    request: Request<ProxyBody>,
+    request: Outgoing<'_>,
 ) -> Result<Response<UpstreamBody>, GatewayError> {
     let socket = open(upstream, timeout).await?;
     send_on(socket, upstream.name, request).await
@@ -118,7 +117,7 @@ pub async fn send(
 pub async fn send_on(
     socket: Socket,
     replica: &str,
-    request: Request<ProxyBody>,
+    request: Outgoing<'_>,
 ) -> Result<Response<UpstreamBody>, GatewayError> {
     reset_on_close(&socket);
     let response = wire::exchange(socket, request, After::Close)
@@ -151,8 +150,9 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
         let (mut replica, _) = listener.accept().await.unwrap();
-        let request = Request::get("/v1/models").body(full("")).unwrap();
+        let request = http::Request::get("/v1/models").body(full("")).unwrap();
         let sending = tokio::spawn(async move {
+            let request = Outgoing::Request(request);
             let response = send_on(Either::Left(client), "r0", request).await.unwrap();
             http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes()
         });

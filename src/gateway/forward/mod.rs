@@ -17,10 +17,12 @@ pub mod wire;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http::request::Parts;
 use http::uri::PathAndQuery;
 use http::{Request, Response};
 
-use crate::gateway::body::ProxyBody;
+use crate::gateway::body::{ProxyBody, full};
 use crate::gateway::config::EntryConfig;
 use crate::gateway::config::Strategy;
 use crate::gateway::error::GatewayError;
@@ -29,6 +31,16 @@ use crate::gateway::tls::upstream::UpstreamTls;
 use force_close::Upstream;
 use request::TargetForm;
 use upstream_body::UpstreamBody;
+use wire::{Buffered, Outgoing};
+
+/// What one send carries.
+pub enum Sending<'a> {
+    /// A request of the caller's, sent at the path given (else its own).
+    Request(Box<Request<ProxyBody>>, Option<PathAndQuery>),
+    /// A client's request whose body was read whole: `force_close` and `spread` write it
+    /// from the client's head, with no copy of it per send (attempts, hedges, retries).
+    Buffered(&'a Parts, Bytes),
+}
 
 /// One entry's way of reaching replicas.
 pub struct Connector {
@@ -101,7 +113,7 @@ impl Connector {
         path: Option<PathAndQuery>,
     ) -> Result<Response<UpstreamBody>, GatewayError> {
         let deadline = self.first_byte_deadline();
-        self.send_by(replica, request, path, deadline).await
+        self.send_by(replica, Sending::Request(Box::new(request), path), deadline).await
     }
 
     /// When the response headers of a request sent now are due.
@@ -109,7 +121,7 @@ impl Connector {
         tokio::time::Instant::now() + self.first_byte_timeout
     }
 
-    /// The first-byte timeout error for `replica`.
+    /// The error of a request whose response headers did not come in time.
     pub fn first_byte_timed_out(&self, replica: &Replica) -> GatewayError {
         GatewayError::UpstreamTimeout {
             replica: replica.name.clone(),
@@ -122,43 +134,56 @@ impl Connector {
     pub async fn send_by(
         &self,
         replica: &Arc<Replica>,
-        request: Request<ProxyBody>,
-        path: Option<PathAndQuery>,
+        sending: Sending<'_>,
         deadline: tokio::time::Instant,
     ) -> Result<Response<UpstreamBody>, GatewayError> {
         // Boxed: the send's state (a connect, a TLS handshake, the exchange) is kilobytes,
         // and inline it would be allocated with every request's future from the start,
         // while it waits in admission or for its replica to answer earlier ones too.
-        let sending = Box::pin(self.send_now(replica, request, path));
-        let sent = tokio::time::timeout_at(deadline, sending);
+        let sent = tokio::time::timeout_at(deadline, Box::pin(self.send_now(replica, sending)));
         sent.await.unwrap_or_else(|_| Err(self.first_byte_timed_out(replica)))
     }
 
     async fn send_now(
         &self,
         replica: &Arc<Replica>,
-        request: Request<ProxyBody>,
-        path: Option<PathAndQuery>,
+        sending: Sending<'_>,
     ) -> Result<Response<UpstreamBody>, GatewayError> {
         let authority = replica.authority.as_str();
         let upstream = Upstream::of(replica, &self.tls);
         match &self.strategy {
             StrategyConnector::ForceClose { connect_timeout, ready } => {
-                let request = request::to_upstream(request, authority, path, TargetForm::Origin);
+                let request = on_the_wire(sending, authority);
                 match ready {
                     Some(ready) => ready.send(replica, request).await,
                     None => force_close::send(upstream, *connect_timeout, request).await,
                 }
             }
             StrategyConnector::Spread(spread) => {
-                let request = request::to_upstream(request, authority, path, TargetForm::Origin);
-                spread.send(upstream, request).await
+                spread.send(upstream, on_the_wire(sending, authority)).await
             }
             StrategyConnector::KeepAlive(client) => {
                 let form = TargetForm::Absolute { https: upstream.tls.is_some() };
+                let (request, path) = match sending {
+                    Sending::Request(request, path) => (*request, path),
+                    Sending::Buffered(parts, body) => (request::rebuild(parts, full(body)), None),
+                };
                 let request = request::to_upstream(request, authority, path, form);
                 client.send(upstream, request).await
             }
         }
     }
+}
+
+/// The wire client's request to `authority`: a buffered one as it came when it can be, else
+/// a copy pointed at the replica.
+fn on_the_wire<'a>(sending: Sending<'a>, authority: &'a str) -> Outgoing<'a> {
+    let (request, path) = match sending {
+        Sending::Request(request, path) => (*request, path),
+        Sending::Buffered(parts, body) => match Buffered::new(parts, body.clone(), authority) {
+            Some(buffered) => return Outgoing::Buffered(buffered),
+            None => (request::rebuild(parts, full(body)), None),
+        },
+    };
+    Outgoing::Request(request::to_upstream(request, authority, path, TargetForm::Origin))
 }

@@ -58,6 +58,17 @@ pub fn is_hop_by_hop(name: &HeaderName) -> bool {
     )
 }
 
+/// A request with the client's method, target and headers and the given body: a copy for
+/// one send, where the send cannot write from the client's head itself.
+pub fn rebuild(parts: &http::request::Parts, body: ProxyBody) -> Request<ProxyBody> {
+    let mut request = Request::new(body);
+    *request.method_mut() = parts.method.clone();
+    *request.uri_mut() = parts.uri.clone();
+    *request.version_mut() = parts.version;
+    *request.headers_mut() = parts.headers.clone();
+    request
+}
+
 /// How the upstream client wants the target written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TargetForm {

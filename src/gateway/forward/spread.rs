@@ -15,14 +15,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use dashmap::DashMap;
-use http::{Request, Response};
+use http::Response;
 use parking_lot::Mutex;
 
 use super::force_close::{self, Upstream};
 use super::upstream_body::UpstreamBody;
 use super::upstream_error;
-use super::wire::{self, After, Socket, still_open};
-use crate::gateway::body::ProxyBody;
+use super::wire::{self, After, Outgoing, Socket, still_open};
 use crate::gateway::error::GatewayError;
 
 /// Spare connections a replica may keep per rotated connection.
@@ -127,7 +126,7 @@ impl Spread {
     pub async fn send(
         &self,
         upstream: Upstream<'_>,
-        request: Request<ProxyBody>,
+        request: Outgoing<'_>,
     ) -> Result<Response<UpstreamBody>, GatewayError> {
         let pool = self.pool(upstream.name);
         let Some(lease) = pool.try_order().find_map(|index| pool.borrow(index)) else {

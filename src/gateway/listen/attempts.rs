@@ -11,16 +11,16 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::gateway::forward::Sending;
 use crate::gateway::forward::upstream_body::UpstreamBody;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{Response, StatusCode};
 
-use super::dispatch::rebuild;
 use super::hedge::{self, Hedged};
 use super::respond::{Placed, respond};
 use crate::gateway::admission::{AdmissionPermit, HeldBody, Placement};
-use crate::gateway::body::{ProxyBody, boxed, full};
+use crate::gateway::body::{ProxyBody, boxed};
 use crate::gateway::config::reliability::NO_REPLICA_LIMIT;
 use crate::gateway::context::RequestCtx;
 use crate::gateway::error::GatewayError;
@@ -102,7 +102,6 @@ pub async fn forward(
     let connector = &request.variant.connector;
     let mut attempt = 1;
     loop {
-        let upstream_request = rebuild(request.parts, full(request.body.clone()));
         // The response headers are due within `timeouts.first_byte_ms`, a wait for a place
         // among the replica's unanswered streamed requests included (held until it
         // answers): a replica that stops answering holds nobody longer than without one.
@@ -121,7 +120,8 @@ pub async fn forward(
             return Err(connector.first_byte_timed_out(&replica));
         };
         state.metrics.record_overhead(OverheadPhase::Request, ctx.received_at);
-        let first = connector.send_by(&replica, upstream_request, None, deadline);
+        let sending = Sending::Buffered(request.parts, request.body.clone());
+        let first = connector.send_by(&replica, sending, deadline);
         let hedged = match hedge_after(&request, attempt) {
             None => Hedged::First(first.await, None),
             Some(after) => {
@@ -252,8 +252,8 @@ fn start_hedge<'a>(
     hedges.with_label_values(&["sent"]).inc();
     let probe = LatencyProbe::begin(next.clone(), prompt_tokens, Instant::now());
     let connector = &request.variant.connector;
-    let upstream_request = rebuild(request.parts, full(request.body.clone()));
-    let send = async move { connector.send_by(&next, upstream_request, None, deadline).await };
+    let sending = Sending::Buffered(request.parts, request.body.clone());
+    let send = async move { connector.send_by(&next, sending, deadline).await };
     Some(((guard, probe), send))
 }
 

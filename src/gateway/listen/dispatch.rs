@@ -349,16 +349,6 @@ async fn read_body(
     }
 }
 
-/// A request with the client's method, target and headers and the given body.
-pub(super) fn rebuild(parts: &Parts, body: ProxyBody) -> Request<ProxyBody> {
-    let mut request = Request::new(body);
-    *request.method_mut() = parts.method.clone();
-    *request.uri_mut() = parts.uri.clone();
-    *request.version_mut() = parts.version;
-    *request.headers_mut() = parts.headers.clone();
-    request
-}
-
 /// Debug entry: to the named replica, untouched, no parsing, no retry; only where the
 /// config serves it, for keys allowed to debug, a few at a time per replica.
 async fn debug(

@@ -18,15 +18,14 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use dashmap::DashMap;
-use http::{Request, Response};
+use http::Response;
 use parking_lot::Mutex;
 use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
 use tokio::time::Instant;
 
 use super::force_close::{self, Upstream};
 use super::upstream_body::UpstreamBody;
-use super::wire::{Socket, still_open};
-use crate::gateway::body::ProxyBody;
+use super::wire::{Outgoing, Socket, still_open};
 use crate::gateway::error::GatewayError;
 use crate::gateway::pick::Replica;
 use crate::gateway::tls::upstream::UpstreamTls;
@@ -183,7 +182,7 @@ impl ReadyConnections {
     pub async fn send(
         &self,
         replica: &Arc<Replica>,
-        request: Request<ProxyBody>,
+        request: Outgoing<'_>,
     ) -> Result<Response<UpstreamBody>, GatewayError> {
         self.sweeping.call_once(|| {
             let stocks = Arc::downgrade(&self.stocks);

@@ -85,7 +85,7 @@ async fn serve(index: usize, mut connection: TcpStream, seen: mpsc::UnboundedSen
 /// Sends one bodiless request and reads its whole answer.
 async fn send(ready: &ReadyConnections, replica: &Arc<Replica>) {
     let request = Request::get("/v1/models").body(full("")).unwrap();
-    let response = ready.send(replica, request).await.unwrap();
+    let response = ready.send(replica, Outgoing::Request(request)).await.unwrap();
     let body = http_body_util::BodyExt::collect(response.into_body()).await.unwrap();
     assert_eq!(&body.to_bytes()[..], b"ok");
 }

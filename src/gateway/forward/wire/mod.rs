@@ -14,14 +14,15 @@ mod socket;
 use std::io;
 
 use bytes::BytesMut;
-use http::{Method, Request, Response};
+use http::{Method, Response};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use body::{Keep, WireBody, fill};
 pub use head::{content_length, head_length};
+pub use request::{Buffered, Outgoing};
 pub use socket::{Socket, still_open};
 
-use crate::gateway::body::{BoxError, ProxyBody};
+use crate::gateway::body::BoxError;
 
 /// Bytes read from the socket at a time (the buffer grows by this much when full).
 const READ_CHUNK: usize = 4096;
@@ -81,11 +82,11 @@ pub enum After<S> {
     Keep(Keep<S>),
 }
 
-/// Sends `request` (origin-form target, `Host` set) on `io` and returns the response once
+/// Sends `request` (origin-form target, `Host` set, or a buffered client request) on `io` and returns the response once
 /// its head is read; the body streams from the socket as it is polled.
 pub async fn exchange<S>(
     mut io: S,
-    request: Request<ProxyBody>,
+    request: Outgoing<'_>,
     after: After<S>,
 ) -> Result<Response<WireBody<S>>, WireError>
 where

@@ -1,9 +1,11 @@
 //! Writing a request: its head (with `Connection: close` when the connection ends with it)
 //! and the body's own framing (a length when the body knows it, chunks otherwise), head and
-//! first body bytes in one vectored write.
+//! first body bytes in one vectored write. A client's buffered request is written straight
+//! from the client's head, with no copy of it made for the replica.
 
 use bytes::{Buf, Bytes};
-use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::header::{CONNECTION, CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
+use http::request::Parts;
 use http::{Method, Request};
 use http_body::Body;
 use http_body_util::BodyExt;
@@ -11,13 +13,57 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use super::WireError;
 use crate::gateway::body::ProxyBody;
+use crate::gateway::forward::request::is_hop_by_hop;
+
+/// A request as the wire client sends it.
+pub enum Outgoing<'a> {
+    /// Pointed at the replica already (`forward::request::to_upstream`, origin form).
+    Request(Request<ProxyBody>),
+    /// A client's request whose body is read whole, sent on as it came (see [`Buffered`]).
+    Buffered(Buffered<'a>),
+}
+
+/// A client's request with its body read whole, written from the client's head: its
+/// method and target, `Host` naming the replica, the client's other headers, and the
+/// body's length. Only a head without hop-by-hop headers goes this way ([`Self::new`]);
+/// one with them is copied and stripped first.
+pub struct Buffered<'a> {
+    parts: &'a Parts,
+    body: Bytes,
+    host: &'a str,
+}
+
+impl<'a> Buffered<'a> {
+    /// `None` when the head carries hop-by-hop headers (rare: clients seldom send any but
+    /// `Connection`), which a copy must strip.
+    pub fn new(parts: &'a Parts, body: Bytes, host: &'a str) -> Option<Self> {
+        (!parts.headers.keys().any(is_hop_by_hop)).then_some(Self { parts, body, host })
+    }
+
+    pub fn method(&self) -> &Method {
+        &self.parts.method
+    }
+}
+
+impl Outgoing<'_> {
+    pub fn method(&self) -> &Method {
+        match self {
+            Self::Request(request) => request.method(),
+            Self::Buffered(buffered) => buffered.method(),
+        }
+    }
+}
 
 /// Writes `request` to `io`, asking the replica to close the connection after it if
 /// `close`, and flushes it.
-pub async fn write<S>(io: &mut S, request: Request<ProxyBody>, close: bool) -> Result<(), WireError>
+pub async fn write<S>(io: &mut S, request: Outgoing<'_>, close: bool) -> Result<(), WireError>
 where
     S: AsyncWrite + Unpin,
 {
+    let request = match request {
+        Outgoing::Request(request) => request,
+        Outgoing::Buffered(buffered) => return write_buffered(io, buffered, close).await,
+    };
     let (parts, mut body) = request.into_parts();
     let framing = framing_of(&parts.method, &body);
     let head = encode_head(&parts, framing, close);
@@ -55,6 +101,22 @@ where
     io.flush().await.map_err(WireError::Write)
 }
 
+/// Writes a buffered client request: head and body in one vectored write.
+async fn write_buffered<S>(io: &mut S, request: Buffered<'_>, close: bool) -> Result<(), WireError>
+where
+    S: AsyncWrite + Unpin,
+{
+    let Buffered { parts, body, host } = request;
+    let framing = match body.len() {
+        0 if !carries_body(&parts.method) => Framing::None,
+        length => Framing::Length(length as u64),
+    };
+    let head = encode_head_to(parts, Some(host), framing, close);
+    let mut out = Bytes::from(head).chain(body);
+    io.write_all_buf(&mut out).await.map_err(WireError::Write)?;
+    io.flush().await.map_err(WireError::Write)
+}
+
 /// How the request body is delimited on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Framing {
@@ -89,18 +151,34 @@ fn carries_body(method: &Method) -> bool {
 
 /// The request line and headers. The body's framing replaces whatever framing headers the
 /// request carried (the client's framing described the client's connection).
-fn encode_head(parts: &http::request::Parts, framing: Framing, close: bool) -> Vec<u8> {
+fn encode_head(parts: &Parts, framing: Framing, close: bool) -> Vec<u8> {
+    encode_head_to(parts, None, framing, close)
+}
+
+/// [`encode_head`], with `Host` naming `host` instead of the request's own when given.
+fn encode_head_to(parts: &Parts, host: Option<&str>, framing: Framing, close: bool) -> Vec<u8> {
     let target = parts.uri.path_and_query().map_or("/", |path| path.as_str());
     let headers_size: usize =
         parts.headers.iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum();
-    let mut head =
-        Vec::with_capacity(parts.method.as_str().len() + target.len() + headers_size + 96);
+    let host_size = host.map_or(0, str::len);
+    let mut head = Vec::with_capacity(
+        parts.method.as_str().len() + target.len() + headers_size + host_size + 96,
+    );
     head.extend_from_slice(parts.method.as_str().as_bytes());
     head.push(b' ');
     head.extend_from_slice(target.as_bytes());
     head.extend_from_slice(b" HTTP/1.1\r\n");
+    if let Some(host) = host {
+        head.extend_from_slice(b"host: ");
+        head.extend_from_slice(host.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
     for (name, value) in &parts.headers {
-        if name == CONTENT_LENGTH || name == TRANSFER_ENCODING || name == CONNECTION {
+        if name == CONTENT_LENGTH
+            || name == TRANSFER_ENCODING
+            || name == CONNECTION
+            || (host.is_some() && name == HOST)
+        {
             continue;
         }
         head.extend_from_slice(name.as_str().as_bytes());
@@ -166,6 +244,41 @@ mod tests {
             "POST /v1/chat/completions HTTP/1.1\r\nhost: r:8000\r\nx-request-id: a b\r\n\
              connection: close\r\ncontent-length: 2\r\n\r\n"
         );
+    }
+
+    #[tokio::test]
+    async fn a_buffered_request_goes_out_from_the_client_head_with_the_replica_as_host() {
+        let client = Request::post("/v1/chat/completions?x=1")
+            .header("host", "gateway:8080")
+            .header("content-length", "999")
+            .header("x-request-id", "a b")
+            .body(())
+            .unwrap();
+        let (parts, ()) = client.into_parts();
+        let buffered = Buffered::new(&parts, Bytes::from_static(b"{}"), "r:8000").unwrap();
+        let mut written = Vec::new();
+        write(&mut written, Outgoing::Buffered(buffered), true).await.unwrap();
+        assert_eq!(
+            String::from_utf8(written).unwrap(),
+            "POST /v1/chat/completions?x=1 HTTP/1.1\r\nhost: r:8000\r\nx-request-id: a b\r\n\
+             connection: close\r\ncontent-length: 2\r\n\r\n{}"
+        );
+        let get = Request::get("/v1/models").body(()).unwrap().into_parts().0;
+        let mut written = Vec::new();
+        let buffered = Buffered::new(&get, Bytes::new(), "r:8000").unwrap();
+        write(&mut written, Outgoing::Buffered(buffered), false).await.unwrap();
+        assert_eq!(written, b"GET /v1/models HTTP/1.1\r\nhost: r:8000\r\n\r\n");
+    }
+
+    #[test]
+    fn a_head_with_hop_by_hop_headers_is_not_sent_as_it_came() {
+        let client = Request::post("/v1/x")
+            .header("connection", "x-secret")
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0;
+        assert!(Buffered::new(&client, Bytes::new(), "r:1").is_none());
     }
 
     #[test]

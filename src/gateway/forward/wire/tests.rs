@@ -8,7 +8,7 @@ use http_body_util::{BodyExt, StreamBody};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
 use super::*;
-use crate::gateway::body::{boxed, empty, full};
+use crate::gateway::body::{ProxyBody, boxed, empty, full};
 
 /// A response as the client read it: status, headers, and the body or how it failed.
 type Read = (StatusCode, http::HeaderMap, Result<Vec<u8>, WireError>);
@@ -66,7 +66,7 @@ async fn exchange_with(request: Request<ProxyBody>, answer: &[u8], piece: usize)
         drop(server);
         request
     });
-    let outcome = match exchange(client, request, After::Close).await {
+    let outcome = match exchange(client, Outgoing::Request(request), After::Close).await {
         Ok(response) => {
             let (parts, mut body) = response.into_parts();
             let mut data = Vec::new();
@@ -232,7 +232,7 @@ async fn exchange_keeping(client: DuplexStream, kept: &Kept) -> Result<Vec<u8>, 
     let keeper = kept.clone();
     let keep: Keep<DuplexStream> = Box::new(move |io| *keeper.lock() = Some(io));
     let request = Request::get("/v1/models").header("host", "r:1").body(empty()).unwrap();
-    let response = exchange(client, request, After::Keep(keep)).await?;
+    let response = exchange(client, Outgoing::Request(request), After::Keep(keep)).await?;
     Ok(response.into_body().collect().await?.to_bytes().to_vec())
 }
 
