@@ -6,6 +6,9 @@
 //! can observe every stream it forwards; only events that carry `usage` or `error` are
 //! parsed in full.
 
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
 use serde::Deserialize;
 
 /// Largest event the scanner keeps buffering; a longer one is skipped (and counted), the
@@ -131,12 +134,12 @@ fn classify_event(event: &[u8]) -> Option<SseEvent> {
     if trimmed == b"[DONE]" {
         return Some(SseEvent::Done);
     }
-    let has_choices = matches!(value_after_key(trimmed, b"\"choices\""), Some(rest) if
+    let has_choices = matches!(value_after_key(trimmed, &CHOICES_KEY), Some(rest) if
         rest.first() == Some(&b'[') && rest[1..].trim_ascii_start().first() != Some(&b']'));
-    let has_usage = matches!(value_after_key(trimmed, b"\"usage\""), Some(rest) if
+    let has_usage = matches!(value_after_key(trimmed, &USAGE_KEY), Some(rest) if
         rest.first() == Some(&b'{'));
     let has_error = !has_choices
-        && matches!(value_after_key(trimmed, b"\"error\""), Some(rest) if rest.first() == Some(&b'{'));
+        && matches!(value_after_key(trimmed, &ERROR_KEY), Some(rest) if rest.first() == Some(&b'{'));
     let (usage, error) =
         if has_usage || has_error { parse_usage_and_error(trimmed) } else { (None, None) };
     Some(SseEvent::Data { has_choices, usage, error })
@@ -168,10 +171,16 @@ fn joined_data_lines(event: &[u8]) -> Vec<u8> {
     data
 }
 
+/// The keys every event is searched for, each searcher built once: building one costs more
+/// than searching a token event with it.
+static CHOICES_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"choices\""));
+static USAGE_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\""));
+static ERROR_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"error\""));
+
 /// The bytes after `key` and its colon (whitespace skipped), if `key` occurs.
-fn value_after_key<'a>(json: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
-    let at = memchr::memmem::find(json, key)?;
-    let rest = json[at + key.len()..].trim_ascii_start();
+fn value_after_key<'a>(json: &'a [u8], key: &Finder<'_>) -> Option<&'a [u8]> {
+    let at = key.find(json)?;
+    let rest = json[at + key.needle().len()..].trim_ascii_start();
     let rest = rest.strip_prefix(b":")?;
     Some(rest.trim_ascii_start())
 }

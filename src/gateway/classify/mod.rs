@@ -106,8 +106,7 @@ fn is_true<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<bool, D:
 }
 
 fn top_fields(body: &[u8]) -> Result<TopFields, RequestParseError> {
-    serde_json::from_slice::<TopFields>(body)
-        .map_err(|error| RequestParseError::InvalidJson(error.to_string()))
+    crate::openai::request::from_json_body(body)
 }
 
 /// [`classify`], and the body's `model` from the same parse. A named entry skips the body
@@ -175,6 +174,11 @@ mod tests {
         assert!(matches!(
             classify(Endpoint::Chat, b"{not json", None, 2048),
             Err(RequestParseError::InvalidJson(_))
+        ));
+        let not_utf8 = b"{\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\"}]}";
+        assert!(matches!(
+            classify(Endpoint::Chat, not_utf8, None, 2048),
+            Err(RequestParseError::InvalidJson(message)) if message.contains("UTF-8")
         ));
     }
 

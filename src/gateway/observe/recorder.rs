@@ -322,9 +322,13 @@ fn usage_of_json(body: &[u8]) -> Option<Usage> {
     })
 }
 
+/// The searcher for a body's last `"usage"` key, built once (building one costs more than a
+/// search of a short body).
+static USAGE_KEY: std::sync::LazyLock<memchr::memmem::FinderRev<'static>> =
+    std::sync::LazyLock::new(|| memchr::memmem::FinderRev::new(b"\"usage\""));
+
 fn usage_after_last_key(body: &[u8]) -> Option<Usage> {
-    const KEY: &[u8] = b"\"usage\"";
-    let after_key = memchr::memmem::rfind(body, KEY)? + KEY.len();
+    let after_key = USAGE_KEY.rfind(body)? + USAGE_KEY.needle().len();
     let rest = body[after_key..].trim_ascii_start().strip_prefix(b":")?;
     let mut value = serde_json::Deserializer::from_slice(rest);
     serde::Deserialize::deserialize(&mut value).ok()
