@@ -330,7 +330,8 @@ static USAGE_KEY: std::sync::LazyLock<memchr::memmem::FinderRev<'static>> =
 fn usage_after_last_key(body: &[u8]) -> Option<Usage> {
     let after_key = USAGE_KEY.rfind(body)? + USAGE_KEY.needle().len();
     let rest = body[after_key..].trim_ascii_start().strip_prefix(b":")?;
-    let mut value = serde_json::Deserializer::from_slice(rest);
+    // Checked as UTF-8 once, so that its keys are not each checked again.
+    let mut value = serde_json::Deserializer::from_str(std::str::from_utf8(rest).ok()?);
     serde::Deserialize::deserialize(&mut value).ok()
 }
 

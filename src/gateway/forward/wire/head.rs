@@ -53,16 +53,15 @@ impl ConnectionHeaders {
     /// coding, as `HeaderValue::to_str` reads it).
     fn transfer_encoding(&mut self, value: &[u8]) {
         self.transfer_encoding = true;
-        let mut codings = visible_ascii(value).unwrap_or("").split(',').map(str::trim);
-        if let Some(last) = codings.rfind(|coding| !coding.is_empty()) {
-            self.chunked_last = last.eq_ignore_ascii_case("chunked");
+        if let Some(last) = items(value).rfind(|coding| !coding.is_empty()) {
+            self.chunked_last = last.eq_ignore_ascii_case(b"chunked");
         }
     }
 
     /// Takes in one `Content-Length` value: a comma-separated list of equal lengths.
     fn content_length(&mut self, value: &[u8]) {
-        for item in visible_ascii(value).unwrap_or("").split(',') {
-            match content_length(item.as_bytes()) {
+        for item in items(value) {
+            match content_length(item) {
                 None => self.content_length_error = Some("bad content-length"),
                 Some(length) if self.content_length.is_some_and(|seen| seen != length) => {
                     self.content_length_error = Some("content-lengths disagree");
@@ -74,12 +73,12 @@ impl ConnectionHeaders {
 
     /// Takes in one `Connection` value; returns the header names it lists beyond `close`
     /// and `keep-alive` (each connection-specific too, so left out as well).
-    fn connection<'a>(&mut self, value: &'a [u8]) -> Vec<&'a str> {
+    fn connection<'a>(&mut self, value: &'a [u8]) -> Vec<&'a [u8]> {
         let mut named = Vec::new();
-        for token in visible_ascii(value).unwrap_or("").split(',').map(str::trim) {
-            if token.eq_ignore_ascii_case("close") {
+        for token in items(value) {
+            if token.eq_ignore_ascii_case(b"close") {
                 self.close = true;
-            } else if !token.is_empty() && !token.eq_ignore_ascii_case("keep-alive") {
+            } else if !token.is_empty() && !token.eq_ignore_ascii_case(b"keep-alive") {
                 named.push(token);
             }
         }
@@ -87,10 +86,12 @@ impl ConnectionHeaders {
     }
 }
 
-/// The value as text if every byte is visible ASCII (or a tab), as `HeaderValue::to_str`.
-fn visible_ascii(value: &[u8]) -> Option<&str> {
+/// The comma-separated items of a header value, trimmed; none (one empty item) if the value
+/// is not all visible ASCII (or tabs), as `HeaderValue::to_str` would refuse it.
+fn items(value: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
     let visible = value.iter().all(|&byte| byte == b'\t' || (32..127).contains(&byte));
-    visible.then(|| std::str::from_utf8(value).ok()).flatten()
+    let value = if visible { value } else { b"" };
+    value.split(|&byte| byte == b',').map(<[u8]>::trim_ascii)
 }
 
 /// Reads from `io` until a final response head is in `buffer`, and takes it out; what
@@ -170,9 +171,7 @@ fn parse(bytes: &Bytes) -> Result<Head, WireError> {
                 connection.transfer_encoding(header.value);
             } else if name == CONNECTION {
                 let named = connection.connection(header.value).into_iter();
-                listed.extend(
-                    named.filter_map(|token| HeaderName::from_bytes(token.as_bytes()).ok()),
-                );
+                listed.extend(named.filter_map(|token| HeaderName::from_bytes(token).ok()));
             }
             continue;
         }
@@ -196,10 +195,13 @@ fn parse(bytes: &Bytes) -> Result<Head, WireError> {
 /// `+`, which another server on the path might read differently.
 pub fn content_length(value: &[u8]) -> Option<u64> {
     let digits = value.trim_ascii();
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+    if digits.is_empty() {
         return None;
     }
-    std::str::from_utf8(digits).ok()?.parse().ok()
+    digits.iter().try_fold(0u64, |length, &byte| {
+        let digit = byte.checked_sub(b'0').filter(|digit| *digit <= 9)?;
+        length.checked_mul(10)?.checked_add(u64::from(digit))
+    })
 }
 
 /// Whether the connection may carry another request after this response: HTTP/1.1
@@ -274,6 +276,9 @@ mod tests {
         assert_eq!(length("7, 7").unwrap(), Framing::Length(7));
         assert!(length("7, 8").unwrap_err().contains("disagree"));
         assert!(length("+7").unwrap_err().contains("bad content-length"));
+        assert!(length("18446744073709551616").unwrap_err().contains("bad content-length"));
+        assert_eq!(length("18446744073709551615").unwrap(), Framing::Length(u64::MAX));
+        assert_eq!(length(" 007 ").unwrap(), Framing::Length(7));
         let twice = parsed("HTTP/1.1 200 OK\r\ncontent-length: 3\r\ncontent-length: 4\r\n\r\n");
         assert!(framing(&twice.unwrap(), false).is_err());
         // A chunked body ignores the length; a HEAD answer and a 204 have no body.
