@@ -11,7 +11,10 @@
 # (default 2000) tiny chat requests go over 4 keep-alive connections, and the counters are
 # dumped. The steps are named in budget.py; callgrind_annotate's whole inclusive listing is
 # kept in $BUDGET_OUT (default /tmp/per-core-budget-STRATEGY.txt), the raw profile beside it
-# (.callgrind, for callgrind_annotate --tree=caller). Needs valgrind and nginx. The total
+# (.callgrind, for callgrind_annotate --tree=caller). BUDGET_WORKLOAD=sse sends streamed
+# completions instead (the stub's 64 token events, a usage event and [DONE] each): the
+# total per request over 66 is the cost per relayed and observed event, the request's
+# share included. Needs valgrind and nginx. The total
 # holds for any build; with the release profile's fat LTO some steps are inlined into their
 # callers and read "not seen": build with CARGO_PROFILE_RELEASE_LTO=false
 # CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 (into its own CARGO_TARGET_DIR) to attribute them.
@@ -42,9 +45,10 @@ VALGRIND_PID=$!
 URL="$(listening_url "$WORK/laneway.out")"
 PORT="${URL##*:}"
 
-python3 "$ROOT/benches/per_core/load.py" 127.0.0.1 "$PORT" 400 4
+WORKLOAD="${BUDGET_WORKLOAD:-tiny}"
+python3 "$ROOT/benches/per_core/load.py" 127.0.0.1 "$PORT" 400 4 "$WORKLOAD"
 callgrind_control -z "$VALGRIND_PID" >/dev/null
-python3 "$ROOT/benches/per_core/load.py" 127.0.0.1 "$PORT" "$REQUESTS" 4
+python3 "$ROOT/benches/per_core/load.py" 127.0.0.1 "$PORT" "$REQUESTS" 4 "$WORKLOAD"
 callgrind_control -d "$VALGRIND_PID" >/dev/null
 # The dump is written asynchronously: wait (at most 30 s) for a complete file.
 for ((tries = 0; tries < 150; tries++)); do
