@@ -121,7 +121,7 @@ impl Connector {
         tokio::time::Instant::now() + self.first_byte_timeout
     }
 
-    /// The error of a request whose response headers did not come in time.
+    /// The first-byte timeout error for `replica`.
     pub fn first_byte_timed_out(&self, replica: &Replica) -> GatewayError {
         GatewayError::UpstreamTimeout {
             replica: replica.name.clone(),

@@ -34,7 +34,7 @@ pub struct Head {
 }
 
 /// What the headers that concern the connection and the body's framing said.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub struct ConnectionHeaders {
     /// `Transfer-Encoding` was sent.
     transfer_encoding: bool,
