@@ -23,14 +23,8 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // Headers the sender marked connection-specific go too (`close` names none, and
     // `keep-alive` is in the list above).
     for value in headers.get_all(header::CONNECTION) {
-        for token in value.to_str().unwrap_or("").split(',').map(str::trim) {
-            if token.is_empty()
-                || token.eq_ignore_ascii_case("close")
-                || token.eq_ignore_ascii_case("keep-alive")
-            {
-                continue;
-            }
-            if let Ok(name) = HeaderName::from_bytes(token.as_bytes())
+        for token in listed_names(value.as_bytes()) {
+            if let Ok(name) = HeaderName::from_bytes(token)
                 && headers.contains_key(&name)
             {
                 doomed.push(name);
@@ -40,6 +34,24 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for name in doomed {
         headers.remove(name);
     }
+}
+
+/// The comma-separated items of a header value, trimmed; none (one empty item) if the value
+/// is not all visible ASCII (or tabs), which `HeaderValue::to_str` would refuse.
+pub fn header_items(value: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
+    let visible = value.iter().all(|&byte| byte == b'\t' || (32..127).contains(&byte));
+    let value = if visible { value } else { b"" };
+    value.split(|&byte| byte == b',').map(<[u8]>::trim_ascii)
+}
+
+/// The header names a `Connection` value marks connection-specific: its tokens but `close`
+/// (which names none) and `keep-alive` (hop-by-hop already).
+pub fn listed_names(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    header_items(value).filter(|token| {
+        !token.is_empty()
+            && !token.eq_ignore_ascii_case(b"close")
+            && !token.eq_ignore_ascii_case(b"keep-alive")
+    })
 }
 
 /// Whether `name` describes one connection, not the request (RFC 9110 §7.6.1, plus the

@@ -14,7 +14,7 @@ use tokio::io::AsyncRead;
 
 use super::body::{Framing, fill};
 use super::{MAX_HEAD_BYTES, WireError};
-use crate::gateway::forward::request::is_hop_by_hop;
+use crate::gateway::forward::request::{header_items, is_hop_by_hop, listed_names};
 
 /// Headers a response head may carry.
 const MAX_HEADERS: usize = 100;
@@ -53,14 +53,14 @@ impl ConnectionHeaders {
     /// coding, as `HeaderValue::to_str` reads it).
     fn transfer_encoding(&mut self, value: &[u8]) {
         self.transfer_encoding = true;
-        if let Some(last) = items(value).rfind(|coding| !coding.is_empty()) {
+        if let Some(last) = header_items(value).rfind(|coding| !coding.is_empty()) {
             self.chunked_last = last.eq_ignore_ascii_case(b"chunked");
         }
     }
 
     /// Takes in one `Content-Length` value: a comma-separated list of equal lengths.
     fn content_length(&mut self, value: &[u8]) {
-        for item in items(value) {
+        for item in header_items(value) {
             match content_length(item) {
                 None => self.content_length_error = Some("bad content-length"),
                 Some(length) if self.content_length.is_some_and(|seen| seen != length) => {
@@ -71,27 +71,12 @@ impl ConnectionHeaders {
         }
     }
 
-    /// Takes in one `Connection` value; returns the header names it lists beyond `close`
-    /// and `keep-alive` (each connection-specific too, so left out as well).
-    fn connection<'a>(&mut self, value: &'a [u8]) -> Vec<&'a [u8]> {
-        let mut named = Vec::new();
-        for token in items(value) {
-            if token.eq_ignore_ascii_case(b"close") {
-                self.close = true;
-            } else if !token.is_empty() && !token.eq_ignore_ascii_case(b"keep-alive") {
-                named.push(token);
-            }
-        }
-        named
+    /// Takes in one `Connection` value; returns the header names it lists, each
+    /// connection-specific too and so left out as well.
+    fn connection<'a>(&mut self, value: &'a [u8]) -> impl Iterator<Item = &'a [u8]> {
+        self.close |= header_items(value).any(|token| token.eq_ignore_ascii_case(b"close"));
+        listed_names(value)
     }
-}
-
-/// The comma-separated items of a header value, trimmed; none (one empty item) if the value
-/// is not all visible ASCII (or tabs), as `HeaderValue::to_str` would refuse it.
-fn items(value: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
-    let visible = value.iter().all(|&byte| byte == b'\t' || (32..127).contains(&byte));
-    let value = if visible { value } else { b"" };
-    value.split(|&byte| byte == b',').map(<[u8]>::trim_ascii)
 }
 
 /// Reads from `io` until a final response head is in `buffer`, and takes it out; what
@@ -170,7 +155,7 @@ fn parse(bytes: &Bytes) -> Result<Head, WireError> {
             if name == TRANSFER_ENCODING {
                 connection.transfer_encoding(header.value);
             } else if name == CONNECTION {
-                let named = connection.connection(header.value).into_iter();
+                let named = connection.connection(header.value);
                 listed.extend(named.filter_map(|token| HeaderName::from_bytes(token).ok()));
             }
             continue;
