@@ -107,10 +107,7 @@ where
     S: AsyncWrite + Unpin,
 {
     let Buffered { parts, body, host } = request;
-    let framing = match body.len() {
-        0 if !carries_body(&parts.method) => Framing::None,
-        length => Framing::Length(length as u64),
-    };
+    let framing = framing_for(&parts.method, Some(body.len() as u64));
     let head = encode_head_to(parts, Some(host), framing, close);
     let mut out = Bytes::from(head).chain(body);
     io.write_all_buf(&mut out).await.map_err(WireError::Write)?;
@@ -128,7 +125,12 @@ enum Framing {
 
 /// The framing `body` gets: its length when it knows it, chunks otherwise.
 fn framing_of(method: &Method, body: &ProxyBody) -> Framing {
-    match body.size_hint().exact() {
+    framing_for(method, body.size_hint().exact())
+}
+
+/// The framing of a body of `length` bytes (`None`: not known ahead).
+fn framing_for(method: &Method, length: Option<u64>) -> Framing {
+    match length {
         Some(0) if !carries_body(method) => Framing::None,
         Some(length) => Framing::Length(length),
         None => Framing::Chunked,
