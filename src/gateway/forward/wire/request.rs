@@ -39,17 +39,13 @@ impl<'a> Buffered<'a> {
     pub fn new(parts: &'a Parts, body: Bytes, host: &'a str) -> Option<Self> {
         (!parts.headers.keys().any(is_hop_by_hop)).then_some(Self { parts, body, host })
     }
-
-    pub fn method(&self) -> &Method {
-        &self.parts.method
-    }
 }
 
 impl Outgoing<'_> {
     pub fn method(&self) -> &Method {
         match self {
             Self::Request(request) => request.method(),
-            Self::Buffered(buffered) => buffered.method(),
+            Self::Buffered(buffered) => &buffered.parts.method,
         }
     }
 }
