@@ -1,7 +1,8 @@
 //! Upstream connection strategies, seen from the replica's side: how many connections the
 //! simulator accepted for the same traffic under force_close, keep_alive and spread, how
 //! spread deals with a connection the replica closed while it was kept, and the head each
-//! strategy sends (the replica's own `Host`, no connection-specific headers).
+//! strategy sends (the replica's own `Host`, no connection-specific headers), and the
+//! replica's headers as the client gets them.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -190,8 +191,13 @@ async fn replica_closing_after_each_answer() -> (SocketAddr, Arc<AtomicU64>, mps
                         counted.fetch_add(1, Ordering::SeqCst);
                     }
                     let body = r#"{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;
+                    // Headers of its own too: repeated ones, ones the gateway sets itself,
+                    // and connection-specific ones, in the replica's spelling.
                     let answer = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                        "HTTP/1.1 200 OK\r\nServer: recorder\r\nSet-Cookie: a=1\r\n\
+                         Content-Type: application/json\r\nX-Request-Id: from-replica\r\n\
+                         X-Laneway-Entry: forged\r\nConnection: keep-alive, X-Hop\r\n\
+                         X-Hop: 1\r\nSet-Cookie: b=2\r\ncontent-length: {}\r\n\r\n{body}",
                         body.len()
                     );
                     socket.write_all(answer.as_bytes()).await.unwrap();
@@ -290,8 +296,13 @@ async fn replica_recording_heads() -> (SocketAddr, mpsc::UnboundedReceiver<Strin
                     bytes.drain(..end + 4 + length);
                     let _ = heads_tx.send(head);
                     let body = r#"{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;
+                    // Headers of its own too: repeated ones, ones the gateway sets itself,
+                    // and connection-specific ones, in the replica's spelling.
                     let answer = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                        "HTTP/1.1 200 OK\r\nServer: recorder\r\nSet-Cookie: a=1\r\n\
+                         Content-Type: application/json\r\nX-Request-Id: from-replica\r\n\
+                         X-Laneway-Entry: forged\r\nConnection: keep-alive, X-Hop\r\n\
+                         X-Hop: 1\r\nSet-Cookie: b=2\r\ncontent-length: {}\r\n\r\n{body}",
                         body.len()
                     );
                     if socket.write_all(answer.as_bytes()).await.is_err() {
@@ -358,6 +369,43 @@ async fn every_strategy_sends_the_replica_its_own_host_and_no_connection_headers
                 if strategy == Strategy::ForceClose { &["connection: close"] } else { &[] };
             assert_eq!(connection.iter().map(|l| **l).collect::<Vec<_>>(), expected, "{head}");
             assert!(lines.iter().any(|l| l.starts_with("content-length: ")), "{head}");
+        }
+        gateway.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn the_replicas_headers_reach_the_client_with_the_gateways_own_in_their_place() {
+    for strategy in [Strategy::ForceClose, Strategy::Spread, Strategy::KeepAlive] {
+        let (addr, _heads) = replica_recording_heads().await;
+        let config =
+            with_strategy(loopback_config(vec![replica("r", addr)]), Entry::Short, strategy);
+        let gateway = start_gateway(config).await;
+        // HTTP/1.1 is served by laneway's own server, HTTP/2 by hyper's.
+        let http1 = reqwest::Client::new();
+        let http2 = reqwest::Client::builder().http2_prior_knowledge().build().unwrap();
+        for (client, protocol) in [(http1, "HTTP/1.1"), (http2, "HTTP/2")] {
+            let response = client
+                .post(url(&gateway, "/v1/chat/completions"))
+                .header("x-request-id", "from-client")
+                .json(&chat_body(10, 2, false))
+                .send()
+                .await
+                .unwrap();
+            let case = format!("{strategy:?} over {protocol}");
+            assert_eq!(response.status(), 200, "{case}");
+            let headers = response.headers().clone();
+            let all = |name: &str| -> Vec<String> {
+                headers.get_all(name).iter().map(|v| v.to_str().unwrap().to_owned()).collect()
+            };
+            assert_eq!(all("set-cookie"), ["a=1", "b=2"], "{case}");
+            assert_eq!(all("server"), ["recorder"], "{case}");
+            assert_eq!(all("content-type"), ["application/json"], "{case}");
+            assert_eq!(all("x-request-id"), ["from-client"], "{case}");
+            assert_eq!(all("x-laneway-entry"), ["short"], "{case}");
+            assert!(all("x-hop").is_empty(), "{case}: {headers:?}");
+            let body = response.bytes().await.unwrap();
+            assert_eq!(all("content-length"), [body.len().to_string()], "{case}");
         }
         gateway.shutdown().await;
     }

@@ -7,6 +7,7 @@ pub mod debug;
 pub mod force_close;
 pub mod keep_alive;
 pub mod ready;
+pub mod replica_headers;
 pub mod request;
 pub mod retry;
 pub mod spread;

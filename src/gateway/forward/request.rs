@@ -70,6 +70,20 @@ pub fn is_hop_by_hop(name: &HeaderName) -> bool {
     )
 }
 
+/// [`is_hop_by_hop`] for a name as received, in any case (the same list).
+pub fn is_hop_by_hop_name(name: &[u8]) -> bool {
+    const HOP_BY_HOP: [&[u8]; 7] = [
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"proxy-authorization",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+    ];
+    HOP_BY_HOP.iter().any(|hop| hop.len() == name.len() && hop.eq_ignore_ascii_case(name))
+}
+
 /// A request with the client's method, target and headers and the given body: a copy for
 /// one send, where the send cannot write from the client's head itself.
 pub fn rebuild(parts: &http::request::Parts, body: ProxyBody) -> Request<ProxyBody> {
@@ -138,6 +152,12 @@ mod tests {
         assert!(is_hop_by_hop(&KEEP_ALIVE));
         assert!(is_hop_by_hop(&HeaderName::from_static("proxy-connection")));
         assert!(!is_hop_by_hop(&header::CONTENT_TYPE));
+        // The list for names as received is the same one, in any case.
+        let names = standard.iter().map(HeaderName::as_str);
+        for name in names.chain(["keep-alive", "proxy-connection"]) {
+            assert!(is_hop_by_hop_name(name.to_ascii_uppercase().as_bytes()), "{name}");
+        }
+        assert!(!is_hop_by_hop_name(b"Content-Type") && !is_hop_by_hop_name(b"t"));
     }
 
     #[test]

@@ -36,6 +36,7 @@ use crate::gateway::admission::HeldBody;
 use crate::gateway::body::ProxyBody;
 use crate::gateway::config::Entry;
 use crate::gateway::config::GatewayConfig;
+use crate::gateway::forward::replica_headers::ReplicaHeaders;
 use crate::gateway::forward::request::KEEP_ALIVE;
 use crate::gateway::state::reload::LiveState;
 use crate::gateway::tls;
@@ -197,6 +198,8 @@ fn hyper_service(
         let serve = Box::pin(dispatch::dispatch(state, role, request, Instant::now()));
         async move {
             let mut response = serve.await;
+            // hyper writes the map alone.
+            ReplicaHeaders::merge_into_map(&mut response);
             if http1 {
                 response.headers_mut().insert(KEEP_ALIVE, hint);
             }

@@ -1,5 +1,6 @@
 //! Turning a replica's response into the client's: the body wrapped for observation, the
-//! `x-laneway-*` headers added, nothing else changed.
+//! `x-laneway-*` headers added, nothing else changed. The replica's headers are in the map
+//! or, from laneway's own client, in their lines beside it (`replica_headers`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -11,6 +12,7 @@ use http::{HeaderMap, Response};
 use crate::gateway::body::{ProxyBody, boxed};
 use crate::gateway::config::{DEFAULT_VARIANT_NAME, Entry, Strategy};
 use crate::gateway::context::RequestCtx;
+use crate::gateway::forward::replica_headers::ReplicaHeaders;
 use crate::gateway::forward::request::strip_hop_by_hop;
 use crate::gateway::headers::{ENTRY, REPLICA, STRATEGY, VARIANT};
 use crate::gateway::observe::{BodyKind, ObservedBody, OverheadPhase, Recorder, StreamWatchdog};
@@ -90,7 +92,11 @@ pub fn respond(
         (ctx.received_at, tokio::time::Instant::from_std(headers_at)),
         state.shared.abort_streams.clone(),
     );
-    let kind = body_kind(ctx.inference, &parts.headers);
+    let content_type = match parts.extensions.get::<ReplicaHeaders>() {
+        Some(replica) => replica.content_type(),
+        None => parts.headers.get(CONTENT_TYPE).map(HeaderValue::as_bytes),
+    };
+    let kind = body_kind(ctx.inference, content_type);
     let inference = ctx.inference;
     let mut recorder = Recorder::new(state.metrics.clone(), ctx, (replica, status), kind);
     // Set in place: the recorder is large, and each by-value step would copy it.
@@ -112,14 +118,14 @@ pub fn respond(
     Response::from_parts(parts, body)
 }
 
-fn body_kind(inference: bool, headers: &HeaderMap) -> BodyKind {
+fn body_kind(inference: bool, content_type: Option<&[u8]>) -> BodyKind {
     if !inference {
         return BodyKind::Opaque;
     }
-    let content_type = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    if content_type.starts_with("text/event-stream") {
+    let content_type = content_type.unwrap_or_default();
+    if content_type.starts_with(b"text/event-stream") {
         BodyKind::Stream
-    } else if content_type.starts_with("application/json") {
+    } else if content_type.starts_with(b"application/json") {
         BodyKind::Json
     } else {
         BodyKind::Opaque

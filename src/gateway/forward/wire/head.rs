@@ -1,5 +1,6 @@
-//! Reading a response head: interim (1xx) heads skipped, header values kept as views into
-//! the bytes read, and the body's framing decided by RFC 9112 §6.3. The connection's own
+//! Reading a response head: interim (1xx) heads skipped, the end-to-end headers kept as
+//! their lines (see `forward::replica_headers`), and the body's framing decided by RFC 9112
+//! §6.3. The connection's own
 //! headers (hop-by-hop, and those `Connection` names) are read for the framing and the
 //! connection's fate while the head is parsed, and left out of the headers passed on: a
 //! proxy must not forward them, and reading them once here spares the map lookups and
@@ -8,21 +9,18 @@
 use std::mem::MaybeUninit;
 use std::sync::LazyLock;
 
-use bytes::{Bytes, BytesMut};
-use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version};
+use bytes::{Buf, BytesMut};
+use http::{StatusCode, Version};
 use memchr::memmem::Finder;
 use tokio::io::AsyncRead;
 
 use super::body::{Framing, fill};
 use super::{MAX_HEAD_BYTES, WireError};
-use crate::gateway::forward::request::{header_items, is_hop_by_hop, listed_names};
+use crate::gateway::forward::replica_headers::ReplicaHeaders;
+use crate::gateway::forward::request::{header_items, is_hop_by_hop_name, listed_names};
 
 /// Headers a response head may carry.
 const MAX_HEADERS: usize = 100;
-
-/// Headers the gateway may add to a response (see `listen::respond`).
-const ADDED_HEADERS: usize = 10;
 
 /// A final response head.
 #[derive(Debug)]
@@ -31,7 +29,7 @@ pub struct Head {
     pub version: Version,
     /// The end-to-end headers: without the hop-by-hop ones, which [`Self::connection`]
     /// says what they meant.
-    pub headers: HeaderMap,
+    pub headers: ReplicaHeaders,
     pub connection: ConnectionHeaders,
 }
 
@@ -92,8 +90,8 @@ where
     let mut searched = 0;
     loop {
         if let Some(length) = head_length(buffer, searched) {
-            let bytes = buffer.split_to(length).freeze();
-            let head = parse(&bytes)?;
+            let head = parse(&buffer[..length])?;
+            buffer.advance(length);
             if !head.status.is_informational() {
                 return Ok(head);
             }
@@ -136,9 +134,9 @@ pub fn head_length(buffer: &[u8], searched: usize) -> Option<usize> {
     }
 }
 
-/// Parses a whole head (its empty line included); header values are slices of `bytes`,
-/// not copies.
-fn parse(bytes: &Bytes) -> Result<Head, WireError> {
+/// Parses a whole head (its empty line included) into its status and the lines of its
+/// end-to-end headers.
+fn parse(bytes: &[u8]) -> Result<Head, WireError> {
     let mut headers = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
     let mut response = httparse::Response::new(&mut []);
     let parsed = httparse::ParserConfig::default()
@@ -150,37 +148,34 @@ fn parse(bytes: &Bytes) -> Result<Head, WireError> {
     let code = response.code.ok_or(WireError::Framing("no status code"))?;
     let status = StatusCode::from_u16(code).map_err(|_| WireError::Framing("bad status code"))?;
     let version = if response.version == Some(0) { Version::HTTP_10 } else { Version::HTTP_11 };
-    // Room for the headers the gateway adds before it answers (`x-laneway-*`, the request
-    // id, a tenant's rate limits) without growing the map.
-    let mut map = HeaderMap::with_capacity(response.headers.len() + ADDED_HEADERS);
+    let mut kept = ReplicaHeaders::builder(bytes.len());
     let mut connection = ConnectionHeaders::default();
-    // Header names a `Connection` value lists (rare): left out once the map is whole.
-    let mut listed: Vec<HeaderName> = Vec::new();
+    // Header names a `Connection` value lists (rare): left out once all are read.
+    let mut listed: Vec<&[u8]> = Vec::new();
     for header in response.headers.iter() {
-        let name = HeaderName::from_bytes(header.name.as_bytes())
-            .map_err(|_| WireError::Framing("bad header name"))?;
-        if is_hop_by_hop(&name) {
-            if name == TRANSFER_ENCODING {
+        let name = header.name.as_bytes();
+        if is_hop_by_hop_name(name) {
+            if name.eq_ignore_ascii_case(b"transfer-encoding") {
                 connection.transfer_encoding(header.value);
-            } else if name == CONNECTION {
-                let named = connection.connection(header.value);
-                listed.extend(named.filter_map(|token| HeaderName::from_bytes(token).ok()));
+            } else if name.eq_ignore_ascii_case(b"connection") {
+                listed.extend(connection.connection(header.value));
             }
             continue;
         }
-        if name == CONTENT_LENGTH {
+        if name.eq_ignore_ascii_case(b"content-length") {
             connection.content_length(header.value);
         }
-        // httparse let through only what a header value may hold; `HeaderValue` checks
-        // the same bytes again (its unchecked constructor is `unsafe`, kept out of here).
-        let value = HeaderValue::from_maybe_shared(bytes.slice_ref(header.value))
-            .map_err(|_| WireError::Framing("bad header value"))?;
-        map.append(name, value);
+        // httparse let through only what a header name and value may hold (the same bytes
+        // `HeaderName` and `HeaderValue` take).
+        kept.push(name, header.value);
     }
-    for name in listed {
-        map.remove(name);
-    }
-    Ok(Head { status, version, headers: map, connection })
+    // A transfer coding overrides a length, which is not passed on (RFC 9112 §6.3).
+    let overridden = connection.transfer_encoding;
+    let headers = kept.finish(connection.content_length.filter(|_| !overridden), |name| {
+        (overridden && name.eq_ignore_ascii_case(b"content-length"))
+            || listed.iter().any(|listed| listed.eq_ignore_ascii_case(name))
+    });
+    Ok(Head { status, version, headers, connection })
 }
 
 /// A `Content-Length` value (or one item of a comma-separated list of them): digits only
@@ -226,7 +221,7 @@ mod tests {
     use super::*;
 
     fn parsed(head: &str) -> Result<Head, WireError> {
-        parse(&Bytes::copy_from_slice(head.as_bytes()))
+        parse(head.as_bytes())
     }
 
     #[test]
@@ -237,8 +232,8 @@ mod tests {
              x-request-id: a\r\n\r\n",
         )
         .unwrap();
-        let names: Vec<&str> = head.headers.keys().map(HeaderName::as_str).collect();
-        assert_eq!(names, ["content-type", "x-request-id"]);
+        let names: Vec<&[u8]> = head.headers.lines().map(|(name, _)| name).collect();
+        assert_eq!(names, [&b"content-type"[..], b"x-request-id"]);
         assert_eq!(framing(&head, false).unwrap(), Framing::Chunked);
         assert!(goes_on(&head, Framing::Chunked));
     }
@@ -249,7 +244,8 @@ mod tests {
         let head = head.unwrap();
         assert_eq!(framing(&head, false).unwrap(), Framing::Length(2));
         assert!(!goes_on(&head, Framing::Length(2)));
-        assert_eq!(head.headers.get(CONTENT_LENGTH).unwrap(), "2");
+        assert_eq!(head.headers.lines().collect::<Vec<_>>(), [(&b"content-length"[..], &b"2"[..])]);
+        assert_eq!(head.headers.content_length(), Some(2));
         // The last coding named wins, over several values; an empty list names none.
         let head = parsed(
             "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntransfer-encoding: gzip\r\n\
@@ -277,7 +273,13 @@ mod tests {
         // A chunked body ignores the length; a HEAD answer and a 204 have no body.
         let both =
             parsed("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: x\r\n\r\n");
-        assert_eq!(framing(&both.unwrap(), false).unwrap(), Framing::Chunked);
+        let both = both.unwrap();
+        assert_eq!(framing(&both, false).unwrap(), Framing::Chunked);
+        // ... and is not passed on, wherever it stood.
+        assert_eq!(both.headers.lines().count(), 0);
+        let after =
+            parsed("HTTP/1.1 200 OK\r\ncontent-length: 3\r\nTransfer-Encoding: chunked\r\n\r\n");
+        assert_eq!(after.unwrap().headers.content_length(), None);
         let bad = parsed("HTTP/1.1 204 No Content\r\ncontent-length: x\r\n\r\n").unwrap();
         assert_eq!(framing(&bad, false).unwrap(), Framing::Empty);
         let head = parsed("HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n").unwrap();

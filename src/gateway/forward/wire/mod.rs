@@ -106,7 +106,9 @@ where
     let mut response = Response::new(body);
     *response.status_mut() = head.status;
     *response.version_mut() = head.version;
-    *response.headers_mut() = head.headers;
+    // The replica's headers ride as their lines: a map of them is built only if a server
+    // needs one (see `replica_headers`).
+    response.extensions_mut().insert(head.headers);
     Ok(response)
 }
 

@@ -9,6 +9,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
 use super::*;
 use crate::gateway::body::{ProxyBody, boxed, empty, full};
+use crate::gateway::forward::replica_headers::ReplicaHeaders;
 
 /// A response as the client read it: status, headers, and the body or how it failed.
 type Read = (StatusCode, http::HeaderMap, Result<Vec<u8>, WireError>);
@@ -67,7 +68,9 @@ async fn exchange_with(request: Request<ProxyBody>, answer: &[u8], piece: usize)
         request
     });
     let outcome = match exchange(client, Outgoing::Request(request), After::Close).await {
-        Ok(response) => {
+        Ok(mut response) => {
+            // The replica's header lines, read as a map (as hyper's server gets them).
+            ReplicaHeaders::merge_into_map(&mut response);
             let (parts, mut body) = response.into_parts();
             let mut data = Vec::new();
             let mut failed = None;

@@ -17,6 +17,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::client_left;
 use crate::gateway::body::{BoxError, ProxyBody};
+use crate::gateway::forward::replica_headers::ReplicaHeaders;
 use crate::gateway::forward::wire::content_length;
 
 /// Bytes queued before they are written even if more frames are ready.
@@ -77,13 +78,16 @@ pub async fn write<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let (parts, mut body) = response.into_parts();
-    let scanned = scan(&parts.headers);
+    let (mut parts, mut body) = response.into_parts();
+    let replica = parts.extensions.remove::<ReplicaHeaders>();
+    let headers = Headers { own: &parts.headers, replica: replica.as_ref() };
+    let scanned = scan(headers);
     let framing = framing(&scanned, parts.status, &body, reply.head_request);
     let close = reply.close || scanned.closes;
     let then = if close { Then::Close } else { Then::GoOn };
     let mut out = Outgoing::default();
-    out.push(encode_head(parts.status, &parts.headers, &scanned, framing, close, reply));
+    out.push(encode_head(parts.status, headers, &scanned, framing, close, reply));
+    drop(replica);
     // Header values may be views into the replica's read buffer: let it go.
     drop(parts);
     let mut left = match framing {
@@ -168,10 +172,23 @@ struct Scanned {
     closes: bool,
 }
 
-fn scan(headers: &HeaderMap) -> Scanned {
+/// A response's headers: its map, and the replica's lines where they came as lines (the
+/// map's replace the replica's of the same name).
+#[derive(Clone, Copy)]
+struct Headers<'a> {
+    own: &'a HeaderMap,
+    replica: Option<&'a ReplicaHeaders>,
+}
+
+fn scan(headers: Headers<'_>) -> Scanned {
     let mut scanned = Scanned { declared: None, bad_length: false, has_date: false, closes: false };
+    if let Some(replica) = headers.replica {
+        // Checked by the wire client's head parse, and replaced by a map's own length.
+        scanned.declared = replica.content_length();
+        scanned.has_date = replica.has_date();
+    }
     let mut lengths = 0;
-    for (name, value) in headers {
+    for (name, value) in headers.own {
         if name == CONTENT_LENGTH {
             lengths += 1;
             scanned.declared = content_length(value.as_bytes());
@@ -212,21 +229,25 @@ fn framing(scanned: &Scanned, status: StatusCode, body: &ProxyBody, head_request
 /// `Date` are added where missing.
 fn encode_head(
     status: StatusCode,
-    headers: &HeaderMap,
+    headers: Headers<'_>,
     scanned: &Scanned,
     framing: Framing,
     close: bool,
     reply: Reply<'_>,
 ) -> Bytes {
     let size: usize =
-        headers.iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum();
-    let mut head = Vec::with_capacity(size + 160);
+        headers.own.iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum();
+    let replica_size = headers.replica.map_or(0, ReplicaHeaders::written_len);
+    let mut head = Vec::with_capacity(size + replica_size + 160);
     head.extend_from_slice(b"HTTP/1.1 ");
     head.extend_from_slice(status.as_str().as_bytes());
     head.push(b' ');
     head.extend_from_slice(status.canonical_reason().unwrap_or("Unknown").as_bytes());
     head.extend_from_slice(b"\r\n");
-    for (name, value) in headers {
+    if let Some(replica) = headers.replica {
+        replica.put_besides(headers.own, &mut head);
+    }
+    for (name, value) in headers.own {
         let own = name == CONNECTION
             || name == TRANSFER_ENCODING
             || name.as_str() == "keep-alive"

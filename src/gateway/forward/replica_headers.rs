@@ -1,0 +1,250 @@
+//! A replica's end-to-end response headers kept as the lines they arrived in: checked by
+//! the wire client's head parse, copied out to an HTTP/1.1 client as they are, and turned
+//! into a header map only where one is needed (a response hyper's server sends). Building
+//! a map (a name lookup, a value check and a hashed insert per header) and writing it out
+//! again cost more per proxied request than any other step of the response path.
+//!
+//! They travel as an extension of the response; the gateway's own headers (`x-laneway-*`,
+//! the request id, a tenant's limits) stay in its map, and a header the map holds replaces
+//! the replica's of the same name, as an insert into one map would.
+
+use std::ops::Range;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use http::{HeaderMap, HeaderName, HeaderValue, Response};
+
+/// The replica's headers: `name: value\r\n` lines, names spelled as the replica spelled
+/// them, with what the response path reads from them found while they were parsed.
+#[derive(Debug, Clone, Default)]
+pub struct ReplicaHeaders {
+    lines: Bytes,
+    /// The body's length the lines declare (one valid `Content-Length`, or none).
+    content_length: Option<u64>,
+    /// Where the first `Content-Type` value is in `lines`.
+    content_type: Option<Range<usize>>,
+    has_date: bool,
+}
+
+impl ReplicaHeaders {
+    /// Collects lines for a head of about `capacity` bytes.
+    pub fn builder(capacity: usize) -> Builder {
+        Builder { lines: BytesMut::with_capacity(capacity), ..Builder::default() }
+    }
+
+    /// Takes the replica's headers off `response`, if it carries them.
+    pub fn take<B>(response: &mut Response<B>) -> Option<Self> {
+        response.extensions_mut().remove::<Self>()
+    }
+
+    /// The replica's headers on `response`, if it carries them.
+    pub fn of<B>(response: &Response<B>) -> Option<&Self> {
+        response.extensions().get::<Self>()
+    }
+
+    /// Moves the replica's headers on `response` into its map (for a server that writes
+    /// only the map): the map's own headers replace the replica's of the same name.
+    pub fn merge_into_map<B>(response: &mut Response<B>) {
+        let Some(replica) = Self::take(response) else { return };
+        let own = std::mem::take(response.headers_mut());
+        let mut merged = HeaderMap::with_capacity(replica.lines().count() + own.len());
+        for (name, value) in replica.lines() {
+            // Checked by the head parse as the map's constructors check them: neither fails.
+            if let (Ok(name), Ok(value)) =
+                (HeaderName::from_bytes(name), HeaderValue::from_bytes(value))
+            {
+                merged.append(name, value);
+            }
+        }
+        // `extend` with a map's entries replaces the values of each name it brings.
+        merged.extend(own);
+        *response.headers_mut() = merged;
+    }
+
+    /// Each header, as (name, value).
+    pub fn lines(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let mut rest = &self.lines[..];
+        std::iter::from_fn(move || {
+            let end = memchr::memchr(b'\n', rest)?;
+            let line = &rest[..end.saturating_sub(1)];
+            rest = &rest[end + 1..];
+            let colon = memchr::memchr(b':', line).unwrap_or(line.len());
+            Some((&line[..colon], line.get(colon + 2..).unwrap_or_default()))
+        })
+    }
+
+    /// Writes the lines whose names `own` does not hold to `out`.
+    pub fn put_besides(&self, own: &HeaderMap, out: &mut impl BufMut) {
+        let replaced =
+            |name: &[u8]| own.keys().any(|own| own.as_str().as_bytes().eq_ignore_ascii_case(name));
+        if !self.lines().any(|(name, _)| replaced(name)) {
+            out.put_slice(&self.lines);
+            return;
+        }
+        for (name, value) in self.lines().filter(|(name, _)| !replaced(name)) {
+            put_line(out, name, value);
+        }
+    }
+
+    /// The bytes the lines take.
+    pub fn written_len(&self) -> usize {
+        self.lines.len()
+    }
+
+    pub fn content_length(&self) -> Option<u64> {
+        self.content_length
+    }
+
+    pub fn content_type(&self) -> Option<&[u8]> {
+        self.content_type.clone().map(|range| &self.lines[range])
+    }
+
+    pub fn has_date(&self) -> bool {
+        self.has_date
+    }
+}
+
+/// Collects a head's end-to-end headers, in order.
+#[derive(Debug, Default)]
+pub struct Builder {
+    lines: BytesMut,
+    content_type: Option<Range<usize>>,
+    has_date: bool,
+}
+
+impl Builder {
+    /// Adds one header, its name and value checked as a head parse checks them.
+    pub fn push(&mut self, name: &[u8], value: &[u8]) {
+        if self.content_type.is_none() && name.eq_ignore_ascii_case(b"content-type") {
+            let start = self.lines.len() + name.len() + 2;
+            self.content_type = Some(start..start + value.len());
+        }
+        self.has_date |= name.eq_ignore_ascii_case(b"date");
+        put_line(&mut self.lines, name, value);
+    }
+
+    /// The headers collected, less those `dropped` names (a rare second pass: names a
+    /// `Connection` header listed after them, a length a transfer coding overrides).
+    pub fn finish(
+        self,
+        content_length: Option<u64>,
+        dropped: impl Fn(&[u8]) -> bool,
+    ) -> ReplicaHeaders {
+        let headers = self.into_headers(content_length);
+        if !headers.lines().any(|(name, _)| dropped(name)) {
+            return headers;
+        }
+        let mut rebuilt = ReplicaHeaders::builder(headers.lines.len());
+        for (name, value) in headers.lines().filter(|(name, _)| !dropped(name)) {
+            rebuilt.push(name, value);
+        }
+        rebuilt.into_headers(content_length)
+    }
+
+    fn into_headers(self, content_length: Option<u64>) -> ReplicaHeaders {
+        ReplicaHeaders {
+            lines: self.lines.freeze(),
+            content_length,
+            content_type: self.content_type,
+            has_date: self.has_date,
+        }
+    }
+}
+
+fn put_line(out: &mut impl BufMut, name: &[u8], value: &[u8]) {
+    out.put_slice(name);
+    out.put_slice(b": ");
+    out.put_slice(value);
+    out.put_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::header::{CONTENT_TYPE, SET_COOKIE};
+
+    fn headers(pairs: &[(&str, &str)]) -> ReplicaHeaders {
+        let mut builder = ReplicaHeaders::builder(64);
+        for (name, value) in pairs {
+            builder.push(name.as_bytes(), value.as_bytes());
+        }
+        builder.finish(None, |_| false)
+    }
+
+    fn written(replica: &ReplicaHeaders, own: &HeaderMap) -> String {
+        let mut out = Vec::new();
+        replica.put_besides(own, &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn lines_read_back_as_they_were_pushed_with_what_the_path_reads() {
+        let replica = headers(&[
+            ("Server", "sim"),
+            ("Content-Type", "text/event-stream; charset=utf-8"),
+            ("date", "Thu, 03 Dec 2026 11:00:00 GMT"),
+            ("content-type", "ignored: a second one"),
+        ]);
+        let lines: Vec<(&[u8], &[u8])> = replica.lines().collect();
+        assert_eq!(lines.len(), 4);
+        assert_eq!(lines[1], (&b"Content-Type"[..], &b"text/event-stream; charset=utf-8"[..]));
+        assert_eq!(lines[3].1, b"ignored: a second one");
+        assert_eq!(replica.content_type(), Some(&b"text/event-stream; charset=utf-8"[..]));
+        assert!(replica.has_date());
+        assert!(!headers(&[("x-date", "no")]).has_date());
+    }
+
+    #[test]
+    fn a_header_the_map_holds_replaces_the_replicas() {
+        let replica =
+            headers(&[("X-Request-Id", "replica"), ("server", "sim"), ("x-request-id", "two")]);
+        let mut own = HeaderMap::new();
+        assert_eq!(
+            written(&replica, &own),
+            "X-Request-Id: replica\r\nserver: sim\r\nx-request-id: two\r\n"
+        );
+        own.insert("x-request-id", HeaderValue::from_static("gateway"));
+        assert_eq!(written(&replica, &own), "server: sim\r\n");
+
+        let mut response = Response::new(());
+        *response.headers_mut() = own;
+        response.extensions_mut().insert(replica);
+        ReplicaHeaders::merge_into_map(&mut response);
+        let map = response.headers();
+        assert_eq!(map.get_all("x-request-id").iter().collect::<Vec<_>>(), ["gateway"]);
+        assert_eq!(map["server"], "sim");
+        assert!(ReplicaHeaders::of(&response).is_none());
+    }
+
+    #[test]
+    fn repeated_headers_stay_repeated_in_the_map() {
+        let mut response = Response::new(());
+        response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        response.extensions_mut().insert(headers(&[
+            ("Set-Cookie", "a=1"),
+            ("Content-Type", "text/plain"),
+            ("Set-Cookie", "b=2"),
+        ]));
+        ReplicaHeaders::merge_into_map(&mut response);
+        let cookies: Vec<_> = response.headers().get_all(SET_COOKIE).iter().collect();
+        assert_eq!(cookies, ["a=1", "b=2"]);
+        assert_eq!(response.headers()[CONTENT_TYPE], "application/json");
+        assert_eq!(response.headers().len(), 3);
+    }
+
+    #[test]
+    fn names_dropped_at_the_end_leave_the_rest_in_order() {
+        let mut builder = ReplicaHeaders::builder(64);
+        for (name, value) in
+            [("a", "1"), ("X-Hop", "2"), ("content-type", "text/plain"), ("b", "3")]
+        {
+            builder.push(name.as_bytes(), value.as_bytes());
+        }
+        let replica = builder.finish(Some(7), |name| name.eq_ignore_ascii_case(b"x-hop"));
+        assert_eq!(
+            written(&replica, &HeaderMap::new()),
+            "a: 1\r\ncontent-type: text/plain\r\nb: 3\r\n"
+        );
+        assert_eq!(replica.content_type(), Some(&b"text/plain"[..]));
+        assert_eq!(replica.content_length(), Some(7));
+    }
+}
