@@ -4,20 +4,27 @@
 //! a map (a name lookup, a value check and a hashed insert per header) and writing it out
 //! again cost more per proxied request than any other step of the response path.
 //!
-//! They travel as an extension of the response; the gateway's own headers (`x-laneway-*`,
-//! the request id, a tenant's limits) stay in its map, and a header the map holds replaces
-//! the replica's of the same name, as an insert into one map would.
+//! They travel as an extension of the response, with the headers the gateway adds to every
+//! proxied response (its `x-laneway-*` tags, the request id) beside them, not in a map
+//! either. Whatever else sets a header (a tenant's limits) sets it in the response's map. A
+//! header the gateway added or the map holds replaces the replica's of the same name, as
+//! an insert into one map would.
 
 use std::ops::Range;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, Response};
 
+/// Headers the gateway adds to a proxied response: its four tags and the request id.
+const ADDED_HEADERS: usize = 5;
+
 /// The replica's headers: `name: value\r\n` lines, names spelled as the replica spelled
 /// them, with what the response path reads from them found while they were parsed.
 #[derive(Debug, Clone, Default)]
 pub struct ReplicaHeaders {
     lines: Bytes,
+    /// Headers the gateway added, each in place of the replica's of its name.
+    added: Vec<(HeaderName, HeaderValue)>,
     /// The body's length the lines declare (one valid `Content-Length`, or none).
     content_length: Option<u64>,
     /// Where the first `Content-Type` value is in `lines`.
@@ -41,12 +48,33 @@ impl ReplicaHeaders {
         response.extensions().get::<Self>()
     }
 
+    /// Sets a header on `response`: beside the replica's lines if it carries them, else in
+    /// its map. Either way in place of any other of the same name.
+    pub fn set<B>(response: &mut Response<B>, name: HeaderName, value: HeaderValue) {
+        match response.extensions_mut().get_mut::<Self>() {
+            Some(replica) => replica.add(name, value),
+            None => {
+                response.headers_mut().insert(name, value);
+            }
+        }
+    }
+
+    /// Adds a header the gateway sets, in place of the replica's (and an earlier one) of
+    /// the same name.
+    pub fn add(&mut self, name: HeaderName, value: HeaderValue) {
+        match self.added.iter_mut().find(|(added, _)| *added == name) {
+            Some(slot) => slot.1 = value,
+            None => self.added.push((name, value)),
+        }
+    }
+
     /// Moves the replica's headers on `response` into its map (for a server that writes
     /// only the map): the map's own headers replace the replica's of the same name.
     pub fn merge_into_map<B>(response: &mut Response<B>) {
         let Some(replica) = Self::take(response) else { return };
         let own = std::mem::take(response.headers_mut());
-        let mut merged = HeaderMap::with_capacity(replica.lines().count() + own.len());
+        let count = replica.lines().count() + replica.added.len() + own.len();
+        let mut merged = HeaderMap::with_capacity(count);
         for (name, value) in replica.lines() {
             // Checked by the head parse as the map's constructors check them: neither fails.
             if let (Ok(name), Ok(value)) =
@@ -54,6 +82,9 @@ impl ReplicaHeaders {
             {
                 merged.append(name, value);
             }
+        }
+        for (name, value) in replica.added {
+            merged.insert(name, value);
         }
         // `extend` with a map's entries replaces the values of each name it brings.
         merged.extend(own);
@@ -72,22 +103,30 @@ impl ReplicaHeaders {
         })
     }
 
-    /// Writes the lines whose names `own` does not hold to `out`.
+    /// Writes the lines whose names `own` does not hold, then the headers the gateway
+    /// added, to `out`.
     pub fn put_besides(&self, own: &HeaderMap, out: &mut impl BufMut) {
-        let replaced =
-            |name: &[u8]| own.keys().any(|own| own.as_str().as_bytes().eq_ignore_ascii_case(name));
+        let replaced = |name: &[u8]| {
+            let same = |other: &HeaderName| other.as_str().as_bytes().eq_ignore_ascii_case(name);
+            self.added.iter().any(|(added, _)| same(added)) || own.keys().any(same)
+        };
         if !self.lines().any(|(name, _)| replaced(name)) {
             out.put_slice(&self.lines);
-            return;
+        } else {
+            for (name, value) in self.lines().filter(|(name, _)| !replaced(name)) {
+                put_line(out, name, value);
+            }
         }
-        for (name, value) in self.lines().filter(|(name, _)| !replaced(name)) {
-            put_line(out, name, value);
+        for (name, value) in &self.added {
+            put_line(out, name.as_str().as_bytes(), value.as_bytes());
         }
     }
 
-    /// The bytes the lines take.
+    /// At most the bytes [`Self::put_besides`] writes.
     pub fn written_len(&self) -> usize {
-        self.lines.len()
+        let added: usize =
+            self.added.iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum();
+        self.lines.len() + added
     }
 
     pub fn content_length(&self) -> Option<u64> {
@@ -143,6 +182,7 @@ impl Builder {
     fn into_headers(self, content_length: Option<u64>) -> ReplicaHeaders {
         ReplicaHeaders {
             lines: self.lines.freeze(),
+            added: Vec::with_capacity(ADDED_HEADERS),
             content_length,
             content_type: self.content_type,
             has_date: self.has_date,
@@ -160,6 +200,7 @@ fn put_line(out: &mut impl BufMut, name: &[u8], value: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gateway::headers::REQUEST_ID;
     use http::header::{CONTENT_TYPE, SET_COOKIE};
 
     fn headers(pairs: &[(&str, &str)]) -> ReplicaHeaders {
@@ -213,6 +254,30 @@ mod tests {
         assert_eq!(map.get_all("x-request-id").iter().collect::<Vec<_>>(), ["gateway"]);
         assert_eq!(map["server"], "sim");
         assert!(ReplicaHeaders::of(&response).is_none());
+    }
+
+    #[test]
+    fn headers_the_gateway_adds_replace_the_replicas_and_each_other() {
+        let mut replica = headers(&[("X-Laneway-Entry", "forged"), ("server", "sim")]);
+        replica.add(HeaderName::from_static("x-laneway-entry"), HeaderValue::from_static("short"));
+        replica.add(REQUEST_ID.clone(), HeaderValue::from_static("first"));
+        replica.add(REQUEST_ID.clone(), HeaderValue::from_static("second"));
+        let written = written(&replica, &HeaderMap::new());
+        assert_eq!(written, "server: sim\r\nx-laneway-entry: short\r\nx-request-id: second\r\n");
+        assert!(replica.written_len() >= written.len());
+
+        let mut response = Response::new(());
+        response.extensions_mut().insert(replica);
+        ReplicaHeaders::set(&mut response, REQUEST_ID.clone(), HeaderValue::from_static("third"));
+        assert!(response.headers().is_empty(), "set beside the lines");
+        ReplicaHeaders::merge_into_map(&mut response);
+        let map = response.headers();
+        assert_eq!(map.get_all("x-laneway-entry").iter().collect::<Vec<_>>(), ["short"]);
+        assert_eq!(map.get_all(REQUEST_ID).iter().collect::<Vec<_>>(), ["third"]);
+        // Without the replica's lines, a header goes to the map.
+        let mut plain = Response::new(());
+        ReplicaHeaders::set(&mut plain, REQUEST_ID.clone(), HeaderValue::from_static("x"));
+        assert_eq!(plain.headers()[REQUEST_ID], "x");
     }
 
     #[test]

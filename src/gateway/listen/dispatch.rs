@@ -24,6 +24,7 @@ use crate::gateway::config::{DEFAULT_BAND, Entry, Flow, MAX_BAND};
 use crate::gateway::context::RequestCtx;
 use crate::gateway::error::{GatewayError, Side};
 use crate::gateway::forward::debug::{DebugSlot, split_debug_path};
+use crate::gateway::forward::replica_headers::ReplicaHeaders;
 use crate::gateway::headers;
 use crate::gateway::listen::request_id;
 use crate::gateway::observe::access_log::{self, AccessRecord};
@@ -51,7 +52,7 @@ pub async fn dispatch(
     let access_log = state.config.access_log;
     let mut ctx = RequestCtx::new(id.clone(), (method, uri), received_at, headed_for, access_log);
     let mut response = serve_request(state, role, request, &mut ctx).instrument(span).await;
-    response.headers_mut().insert(headers::REQUEST_ID, id);
+    ReplicaHeaders::set(&mut response, headers::REQUEST_ID, id);
     response
 }
 
@@ -100,7 +101,16 @@ fn error_response(
     state.metrics.record_error(entry, kind);
     let strategy = state.connector(ctx.entry).strategy();
     let mut response = error.into_response();
-    tag(response.headers_mut(), ctx.entry, strategy, DEFAULT_VARIANT, None);
+    let headers = response.headers_mut();
+    tag(
+        |name, value| {
+            headers.insert(name, value);
+        },
+        ctx.entry,
+        strategy,
+        DEFAULT_VARIANT,
+        None,
+    );
     if ctx.access_log {
         access_log::emit(&AccessRecord {
             request_id: ctx.request_id_text(),

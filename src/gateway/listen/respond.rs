@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crate::gateway::forward::upstream_body::UpstreamBody;
 use http::header::{CONTENT_TYPE, HeaderValue};
-use http::{HeaderMap, Response};
+use http::{HeaderName, Response};
 
 use crate::gateway::body::{ProxyBody, boxed};
 use crate::gateway::config::{DEFAULT_VARIANT_NAME, Entry, Strategy};
@@ -21,17 +21,17 @@ use crate::gateway::pick::predict::LatencyProbe;
 use crate::gateway::pick::prefix::PrefixFeedback;
 use crate::gateway::state::GatewayState;
 
-/// Adds the headers that tell a client where its request went (`replica`: the replica's
-/// name as a header value, made once per replica).
+/// Sets, with `set`, the headers that tell a client where its request went (`replica`: the
+/// replica's name as a header value, made once per replica).
 pub fn tag(
-    headers: &mut HeaderMap,
+    mut set: impl FnMut(HeaderName, HeaderValue),
     entry: Entry,
     strategy: Strategy,
     variant: &str,
     replica: Option<&HeaderValue>,
 ) {
-    headers.insert(ENTRY, HeaderValue::from_static(entry.as_str()));
-    headers.insert(STRATEGY, HeaderValue::from_static(strategy.as_str()));
+    set(ENTRY, HeaderValue::from_static(entry.as_str()));
+    set(STRATEGY, HeaderValue::from_static(strategy.as_str()));
     // Variant names are validated as plain ASCII, so the conversion cannot fail; outside
     // canaries the name is the default one, which needs no copy.
     let variant = if variant == DEFAULT_VARIANT_NAME {
@@ -40,10 +40,10 @@ pub fn tag(
         HeaderValue::from_str(variant)
     };
     if let Ok(value) = variant {
-        headers.insert(VARIANT, value);
+        set(VARIANT, value);
     }
     if let Some(value) = replica {
-        headers.insert(REPLICA, value.clone());
+        set(REPLICA, value.clone());
     }
 }
 
@@ -84,7 +84,20 @@ pub fn respond(
     if let Some(ticket) = &ctx.quota {
         ticket.headers.apply(&mut parts.headers);
     }
-    tag(&mut parts.headers, ctx.entry, ctx.strategy, &ctx.variant, replica_header.as_ref());
+    let (entry, strategy, variant) = (ctx.entry, ctx.strategy, &*ctx.variant);
+    let replica_name = replica_header.as_ref();
+    match parts.extensions.get_mut::<ReplicaHeaders>() {
+        // Beside the replica's lines, as they are: no map is built for either.
+        Some(lines) => {
+            tag(|name, value| lines.add(name, value), entry, strategy, variant, replica_name)
+        }
+        None => {
+            let set = |name, value| {
+                parts.headers.insert(name, value);
+            };
+            tag(set, entry, strategy, variant, replica_name);
+        }
+    }
     let timeouts = &state.config.reliability.timeouts;
     let watchdog = StreamWatchdog::new(
         timeouts.idle,
