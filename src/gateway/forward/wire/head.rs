@@ -171,10 +171,13 @@ fn parse(bytes: &[u8]) -> Result<Head, WireError> {
     }
     // A transfer coding overrides a length, which is not passed on (RFC 9112 §6.3).
     let overridden = connection.transfer_encoding;
-    let headers = kept.finish(connection.content_length.filter(|_| !overridden), |name| {
-        (overridden && name.eq_ignore_ascii_case(b"content-length"))
-            || listed.iter().any(|listed| listed.eq_ignore_ascii_case(name))
-    });
+    let mut headers = kept.finish(connection.content_length.filter(|_| !overridden));
+    if overridden || !listed.is_empty() {
+        headers = headers.without(|name| {
+            (overridden && name.eq_ignore_ascii_case(b"content-length"))
+                || listed.iter().any(|listed| listed.eq_ignore_ascii_case(name))
+        });
+    }
     Ok(Head { status, version, headers, connection })
 }
 
