@@ -29,6 +29,15 @@ impl ClientBody {
     pub fn failed(error: impl Into<BoxError>) -> Self {
         Self::Failed(Some(error.into()))
     }
+
+    /// The whole body if it was read whole and not yet taken; else the body, to be read.
+    pub fn into_whole(self) -> Result<Bytes, Self> {
+        match self {
+            Self::Whole(Some(bytes)) => Ok(bytes),
+            Self::Whole(None) => Ok(Bytes::new()),
+            other => Err(other),
+        }
+    }
 }
 
 impl Body for ClientBody {
@@ -79,6 +88,15 @@ mod tests {
         let empty = ClientBody::whole(Bytes::new());
         assert!(empty.is_end_stream());
         assert_eq!(empty.size_hint().exact(), Some(0));
+    }
+
+    #[test]
+    fn a_whole_body_is_taken_as_it_is_and_any_other_left_to_be_read() {
+        let whole = ClientBody::whole(Bytes::from_static(b"{}"));
+        assert_eq!(whole.into_whole().unwrap(), "{}");
+        assert_eq!(ClientBody::whole(Bytes::new()).into_whole().unwrap(), "");
+        let failed = ClientBody::failed("cut").into_whole().unwrap_err();
+        assert!(matches!(failed, ClientBody::Failed(Some(_))));
     }
 
     #[tokio::test]

@@ -333,12 +333,18 @@ fn named_entry(
 }
 
 /// Buffers the body, refusing it as soon as it is known to be over `limit`, or once it has
-/// taken longer than `deadline` to arrive.
+/// taken longer than `deadline` to arrive. A body laneway's own server read whole (within
+/// the same deadline) is taken as it is.
 async fn read_body(
     parts: &Parts,
     body: ClientBody,
     (limit, deadline): (usize, Duration),
 ) -> Result<Bytes, GatewayError> {
+    let body = match body.into_whole() {
+        Ok(whole) if whole.len() > limit => return Err(GatewayError::PayloadTooLarge { limit }),
+        Ok(whole) => return Ok(whole),
+        Err(body) => body,
+    };
     let declared = parts
         .headers
         .get(http::header::CONTENT_LENGTH)

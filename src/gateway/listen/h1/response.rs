@@ -26,6 +26,10 @@ const WRITE_BATCH_BYTES: usize = 64 * 1024;
 /// Pieces queued before they are written (one vectored write takes this many).
 const WRITE_BATCH_PIECES: usize = 32;
 
+/// Room made at first for the pieces of a response: its head and a whole body, or a
+/// stream's first frames (each chunk of a chunked body is three pieces).
+const RESPONSE_PIECES: usize = 4;
+
 /// What the request said about its response.
 #[derive(Debug, Clone, Copy)]
 pub struct Reply<'a> {
@@ -85,7 +89,7 @@ where
     let framing = framing(&scanned, parts.status, &body, reply.head_request);
     let close = reply.close || scanned.closes;
     let then = if close { Then::Close } else { Then::GoOn };
-    let mut out = Outgoing::default();
+    let mut out = Outgoing::with_room(RESPONSE_PIECES);
     out.push(encode_head(parts.status, headers, &scanned, framing, close, reply));
     drop(replica);
     // Header values may be views into the replica's read buffer: let it go.
@@ -291,13 +295,16 @@ async fn flush<S: AsyncWrite + Unpin>(io: &mut S, out: &mut Outgoing) -> Result<
 }
 
 /// Byte pieces queued for one write, read as one buffer.
-#[derive(Default)]
 struct Outgoing {
     pieces: VecDeque<Bytes>,
     remaining: usize,
 }
 
 impl Outgoing {
+    fn with_room(pieces: usize) -> Self {
+        Self { pieces: VecDeque::with_capacity(pieces), remaining: 0 }
+    }
+
     fn push(&mut self, piece: Bytes) {
         if !piece.is_empty() {
             self.remaining += piece.len();
