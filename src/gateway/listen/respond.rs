@@ -75,7 +75,7 @@ pub fn respond(
     let headers_at = Instant::now();
     let status = upstream.status();
     let serving = placed.guard.replica();
-    let (replica, replica_header) = (serving.name.clone(), serving.name_header.clone());
+    let (replica, replica_header) = (serving.clone(), serving.name_header.clone());
     if status.is_server_error() {
         state.metrics.record_error(ctx.entry.as_str(), "upstream_status");
     }

@@ -6,6 +6,8 @@
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+
 use super::access_log::{self, AccessRecord};
 use super::metrics::GatewayMetrics;
 use super::metrics::status_class;
@@ -53,11 +55,11 @@ pub struct Recorder {
     /// The request: its labels, its tenant's hold and what its access line says.
     ctx: RequestCtx,
     /// The replica that answered, and how.
-    replica: String,
+    replica: Arc<Replica>,
     status: http::StatusCode,
     kind: BodyKind,
     scanner: SseScanner,
-    json: Vec<u8>,
+    json: JsonBody,
     /// The metric handles of the response's labels.
     series: Arc<RequestSeries>,
     first_token_at: Option<Instant>,
@@ -78,14 +80,14 @@ impl Recorder {
     pub fn new(
         metrics: Arc<GatewayMetrics>,
         ctx: RequestCtx,
-        (replica, status): (String, http::StatusCode),
+        (replica, status): (Arc<Replica>, http::StatusCode),
         kind: BodyKind,
     ) -> Self {
         let labels = ResponseLabels {
             entry: ctx.entry,
             strategy: ctx.strategy,
             variant: &ctx.variant,
-            replica: &replica,
+            replica: &replica.name,
             status_class: status_class(status),
         };
         let series = metrics.series.get(&metrics, labels);
@@ -96,7 +98,7 @@ impl Recorder {
             status,
             kind,
             scanner: SseScanner::new(),
-            json: Vec::new(),
+            json: JsonBody::default(),
             series,
             first_token_at: None,
             last_token_at: None,
@@ -140,12 +142,12 @@ impl Recorder {
     }
 
     /// Takes note of bytes that just passed to the client.
-    pub fn on_data(&mut self, bytes: &[u8], now: Instant) {
+    pub fn on_data(&mut self, bytes: &Bytes, now: Instant) {
         match self.kind {
             BodyKind::Opaque => {}
             BodyKind::Json => {
                 if self.json.len() + bytes.len() <= MAX_JSON_BYTES {
-                    self.json.extend_from_slice(bytes);
+                    self.json.push(bytes);
                 }
             }
             BodyKind::Stream => {
@@ -176,7 +178,7 @@ impl Recorder {
                 let ttft = now.duration_since(self.ctx.received_at).as_secs_f64();
                 self.series.ttft.observe(ttft);
                 if let Some(error) = self.placement.as_mut().and_then(|p| p.first_token(now)) {
-                    let replica = [self.replica.as_str()];
+                    let replica = [self.replica.name.as_str()];
                     self.metrics.predicted_ttft_error.with_label_values(&replica).observe(error);
                 }
             }
@@ -193,7 +195,7 @@ impl Recorder {
             return;
         }
         if self.kind == BodyKind::Json {
-            self.usage = usage_of_json(&self.json);
+            self.usage = usage_of_json(self.json.as_slice());
         }
         if let Some(mut prefix) = self.prefix.take()
             && let Some(details) = self.usage.and_then(|usage| usage.prompt_tokens_details)
@@ -271,7 +273,7 @@ impl Recorder {
             path: self.ctx.path(),
             entry: self.ctx.entry.as_str(),
             variant: &self.ctx.variant,
-            replica: &self.replica,
+            replica: &self.replica.name,
             status: self.status.as_u16(),
             ttft: self.first_token_at.map(|first| first.duration_since(self.ctx.received_at)),
             prompt_tokens: if opaque { 0 } else { prompt },
@@ -307,6 +309,43 @@ fn entry_name(entry: Entry) -> Arc<str> {
     NAMES[index].clone()
 }
 
+/// A JSON body's bytes, kept for its usage: a body of one frame (most are) as that frame,
+/// without a copy; the frames of a longer one copied one after the other.
+#[derive(Debug, Default)]
+enum JsonBody {
+    #[default]
+    Empty,
+    One(Bytes),
+    Many(Vec<u8>),
+}
+
+impl JsonBody {
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    fn push(&mut self, frame: &Bytes) {
+        match self {
+            Self::Empty => *self = Self::One(frame.clone()),
+            Self::One(first) => {
+                let mut bytes = Vec::with_capacity(first.len() + frame.len());
+                bytes.extend_from_slice(first);
+                bytes.extend_from_slice(frame);
+                *self = Self::Many(bytes);
+            }
+            Self::Many(bytes) => bytes.extend_from_slice(frame),
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Self::Empty => &[],
+            Self::One(bytes) => bytes,
+            Self::Many(bytes) => bytes,
+        }
+    }
+}
+
 /// The `usage` of a complete JSON response. Parsing the whole body to read it cost more
 /// than any other step of a small request, so the object after the last `"usage"` key is
 /// read alone (vLLM and SGLang write it after `choices`; a key's quotes are never escaped,
@@ -338,7 +377,7 @@ fn usage_after_last_key(body: &[u8]) -> Option<Usage> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gateway::config::{Entry, Strategy};
+    use crate::gateway::config::{Entry, ReplicaConfig, Strategy};
 
     fn recorder(metrics: &Arc<GatewayMetrics>, kind: BodyKind, at: Instant) -> Recorder {
         let (method, uri) = (http::Method::POST, http::Uri::from_static("/v1/completions"));
@@ -346,7 +385,18 @@ mod tests {
         let entry = (Entry::Short, Strategy::ForceClose);
         let mut ctx = RequestCtx::new(id, (method, uri), at, entry, false);
         ctx.prompt_tokens = 11;
-        Recorder::new(metrics.clone(), ctx, ("r0".into(), http::StatusCode::OK), kind)
+        let replica = Arc::new(Replica::new(&ReplicaConfig {
+            name: "r0".into(),
+            authority: "127.0.0.1:1".into(),
+            node: "n".into(),
+            tls: false,
+            placement: Default::default(),
+        }));
+        Recorder::new(metrics.clone(), ctx, (replica, http::StatusCode::OK), kind)
+    }
+
+    fn feed(recorder: &mut Recorder, bytes: &'static [u8], at: Instant) {
+        recorder.on_data(&Bytes::from_static(bytes), at);
     }
 
     fn labels() -> [&'static str; 5] {
@@ -359,14 +409,19 @@ mod tests {
         let start = Instant::now();
         let mut recorder = recorder(&metrics, BodyKind::Stream, start);
         let at = |ms| start + Duration::from_millis(ms);
-        recorder
-            .on_data(b"data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n", at(100));
-        recorder.on_data(
+        feed(
+            &mut recorder,
+            b"data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n",
+            at(100),
+        );
+        feed(
+            &mut recorder,
             b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"cho",
             at(120),
         );
-        recorder.on_data(b"ices\":[{\"delta\":{\"content\":\"b\"}}]}\n\n", at(140));
-        recorder.on_data(
+        feed(&mut recorder, b"ices\":[{\"delta\":{\"content\":\"b\"}}]}\n\n", at(140));
+        feed(
+            &mut recorder,
             b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3}}\n\ndata: [DONE]\n\n",
             at(150),
         );
@@ -395,18 +450,29 @@ mod tests {
         let metrics = Arc::new(GatewayMetrics::new());
         let start = Instant::now();
         let mut json = recorder(&metrics, BodyKind::Json, start);
-        json.on_data(b"{\"choices\":[],\"usage\":{\"prompt_tokens\":5,", start);
-        json.on_data(b"\"completion_tokens\":9}}", start);
+        feed(&mut json, b"{\"choices\":[],\"usage\":{\"prompt_tokens\":5,", start);
+        feed(&mut json, b"\"completion_tokens\":9}}", start);
         json.finish(Outcome::Complete, start);
         let tokens = ["short", "default", "r0"];
         assert_eq!(metrics.completion_tokens.with_label_values(&tokens).get(), 9);
+        // A body of one frame (kept as that frame), and one of three.
+        let mut one = recorder(&metrics, BodyKind::Json, start);
+        feed(&mut one, b"{\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":4}}", start);
+        one.finish(Outcome::Complete, start);
+        assert_eq!(metrics.completion_tokens.with_label_values(&tokens).get(), 9 + 4);
+        let mut three = recorder(&metrics, BodyKind::Json, start);
+        for frame in [&b"{\"usage\":{\"prompt_"[..], b"tokens\":5,\"completion", b"_tokens\":2}}"] {
+            feed(&mut three, frame, start);
+        }
+        three.finish(Outcome::Complete, start);
+        assert_eq!(metrics.completion_tokens.with_label_values(&tokens).get(), 9 + 4 + 2);
         drop(recorder(&metrics, BodyKind::Stream, start));
         assert_eq!(
             metrics.request_errors.with_label_values(&["short", "client_disconnect"]).get(),
             1
         );
-        // Without usage, the prompt estimate is used.
-        assert_eq!(metrics.prompt_tokens.with_label_values(&tokens).get(), 5 + 11);
+        // Without usage (the dropped stream), the prompt estimate is used.
+        assert_eq!(metrics.prompt_tokens.with_label_values(&tokens).get(), 5 + 5 + 5 + 11);
     }
 
     #[test]
@@ -435,8 +501,8 @@ mod tests {
         let at = |ms| start + Duration::from_millis(ms);
         let mut complete = recorder(&metrics, BodyKind::Stream, start);
         complete.set_canary(canary.clone());
-        complete.on_data(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n", at(100));
-        complete.on_data(b"data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\n", at(120));
+        feed(&mut complete, b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n", at(100));
+        feed(&mut complete, b"data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\n", at(120));
         complete.finish(Outcome::Complete, at(130));
         let mut cut = recorder(&metrics, BodyKind::Stream, start);
         cut.set_canary(canary.clone());
