@@ -1,7 +1,13 @@
 //! The header names the gateway reads or writes, in one place: `x-request-id` and the
-//! `x-laneway-*` family (documented in the README's "Headers" section).
+//! `x-laneway-*` family (documented in the README's "Headers" section); and how a request's
+//! few headers are searched for them.
 
-use http::HeaderName;
+use http::{HeaderMap, HeaderName, HeaderValue};
+
+/// Maps of at most this many headers are searched by comparing names, not by hashing: a
+/// custom name (each of the family) costs more to hash than a few names cost to compare,
+/// and most requests carry none of them among a handful of headers.
+const SCANNED_HEADERS: usize = 8;
 
 /// A request's id: kept when the client sent a usable one, else made; echoed on the
 /// response and sent to the replica.
@@ -21,3 +27,46 @@ pub const PRIORITY: HeaderName = HeaderName::from_static("x-laneway-priority");
 pub const SLO_TTFT_MS: HeaderName = HeaderName::from_static("x-laneway-slo-ttft-ms");
 /// Request: a tighter TPOT objective than the entry's, in milliseconds.
 pub const SLO_TPOT_MS: HeaderName = HeaderName::from_static("x-laneway-slo-tpot-ms");
+
+/// `headers.get(name)`, a small map scanned.
+pub fn find<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a HeaderValue> {
+    if headers.len() > SCANNED_HEADERS {
+        return headers.get(name);
+    }
+    headers.iter().find(|(each, _)| *each == name).map(|(_, value)| value)
+}
+
+/// `headers.get_all(name)`, a small map scanned: the values in the order they came.
+pub fn find_all<'a>(
+    headers: &'a HeaderMap,
+    name: &'a HeaderName,
+) -> impl Iterator<Item = &'a HeaderValue> {
+    let small = headers.len() <= SCANNED_HEADERS;
+    let scanned = small.then(|| headers.iter().filter(move |(each, _)| *each == name));
+    let hashed = (!small).then(|| headers.get_all(name).iter());
+    scanned.into_iter().flatten().map(|(_, value)| value).chain(hashed.into_iter().flatten())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn a_scan_finds_what_a_lookup_finds_in_maps_of_any_size() {
+        let names = [REQUEST_ID, ENTRY, PRIORITY, http::header::HOST, http::header::CONTENT_TYPE];
+        let mut rng = rand::rngs::StdRng::seed_from_u64(8);
+        for _ in 0..500 {
+            let mut map = HeaderMap::new();
+            for value in 0..rng.random_range(0..16) {
+                let name = names[rng.random_range(0..names.len())].clone();
+                map.append(name, HeaderValue::from(value));
+            }
+            for name in &names {
+                assert_eq!(find(&map, name), map.get(name), "{name} in {map:?}");
+                let all: Vec<_> = find_all(&map, name).collect();
+                assert_eq!(all, map.get_all(name).iter().collect::<Vec<_>>(), "{name} in {map:?}");
+            }
+        }
+    }
+}

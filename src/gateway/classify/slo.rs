@@ -34,7 +34,7 @@ fn limit(
     name: &HeaderName,
     label: &'static str,
 ) -> Result<Option<Duration>, BadSloHeader> {
-    let mut values = headers.get_all(name).iter();
+    let mut values = crate::gateway::headers::find_all(headers, name);
     let Some(first) = values.next() else { return Ok(None) };
     let bad = |value: &http::HeaderValue| BadSloHeader {
         header: label,

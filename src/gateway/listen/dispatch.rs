@@ -151,7 +151,7 @@ enum Route {
 fn route(role: ListenerRole, request: &Request<ClientBody>) -> Route {
     let path = request.uri().path();
     let asks_debug =
-        request.headers().get(headers::ENTRY).is_some_and(|v| v.as_bytes() == b"debug");
+        headers::find(request.headers(), &headers::ENTRY).is_some_and(|v| v.as_bytes() == b"debug");
     if role == ListenerRole::Entry(Entry::Debug) || path.starts_with("/debug/") || asks_debug {
         return Route::Debug;
     }
@@ -294,8 +294,10 @@ async fn pick_and_forward(
 }
 
 /// The band `x-laneway-priority` asks for (0..=9), if any.
-fn priority_band(headers: &http::HeaderMap) -> Result<Option<u8>, GatewayError> {
-    let Some(value) = headers.get(headers::PRIORITY) else { return Ok(None) };
+fn priority_band(request_headers: &http::HeaderMap) -> Result<Option<u8>, GatewayError> {
+    let Some(value) = headers::find(request_headers, &headers::PRIORITY) else {
+        return Ok(None);
+    };
     let band = value.to_str().ok().and_then(|text| text.trim().parse::<u8>().ok());
     match band {
         Some(band) if band <= MAX_BAND => Ok(Some(band)),
@@ -314,11 +316,11 @@ fn named_entry(
     if let ListenerRole::Entry(entry) = role {
         return Ok(Some((entry, ClassifyMethod::Listener)));
     }
-    let Some(value) = request.headers().get(headers::ENTRY) else {
+    let Some(value) = headers::find(request.headers(), &headers::ENTRY) else {
         return Ok(None);
     };
     // Repeats that disagree could be read differently by another proxy on the path.
-    if request.headers().get_all(headers::ENTRY).iter().any(|other| other != value) {
+    if headers::find_all(request.headers(), &headers::ENTRY).any(|other| other != value) {
         return Err(GatewayError::BadHeader {
             name: "x-laneway-entry",
             reason: "is repeated with different values",

@@ -41,7 +41,7 @@ fn id_with(prefix: &str, sequence: u64) -> HeaderValue {
 /// The request's id: the client's if it sent a usable one, else a new one written into
 /// `headers` so that the replica sees the same id.
 pub fn accept_or_create(headers: &mut HeaderMap) -> HeaderValue {
-    if let Some(value) = headers.get(&REQUEST_ID)
+    if let Some(value) = crate::gateway::headers::find(headers, &REQUEST_ID)
         && usable(value)
     {
         return value.clone();
