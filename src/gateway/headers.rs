@@ -4,9 +4,9 @@
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-/// Maps of at most this many headers are searched by comparing names, not by hashing: a
-/// custom name (each of the family) costs more to hash than a few names cost to compare,
-/// and most requests carry none of them among a handful of headers.
+/// Maps of at most this many names are scanned for a name before it is looked up: a custom
+/// name (each of the family) costs more to hash than a few names cost to compare, and most
+/// requests carry none of them among a handful of headers.
 const SCANNED_HEADERS: usize = 8;
 
 /// A request's id: kept when the client sent a usable one, else made; echoed on the
@@ -28,23 +28,24 @@ pub const SLO_TTFT_MS: HeaderName = HeaderName::from_static("x-laneway-slo-ttft-
 /// Request: a tighter TPOT objective than the entry's, in milliseconds.
 pub const SLO_TPOT_MS: HeaderName = HeaderName::from_static("x-laneway-slo-tpot-ms");
 
-/// `headers.get(name)`, a small map scanned.
+/// `headers.get(name)`, a small map's names scanned first.
 pub fn find<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a HeaderValue> {
-    if headers.len() > SCANNED_HEADERS {
-        return headers.get(name);
-    }
-    headers.iter().find(|(each, _)| *each == name).map(|(_, value)| value)
+    holds(headers, name).then(|| headers.get(name)).flatten()
 }
 
-/// `headers.get_all(name)`, a small map scanned: the values in the order they came.
+/// `headers.get_all(name)`, a small map's names scanned first: the values in the order
+/// they came.
 pub fn find_all<'a>(
     headers: &'a HeaderMap,
-    name: &'a HeaderName,
+    name: &HeaderName,
 ) -> impl Iterator<Item = &'a HeaderValue> {
-    let small = headers.len() <= SCANNED_HEADERS;
-    let scanned = small.then(|| headers.iter().filter(move |(each, _)| *each == name));
-    let hashed = (!small).then(|| headers.get_all(name).iter());
-    scanned.into_iter().flatten().map(|(_, value)| value).chain(hashed.into_iter().flatten())
+    holds(headers, name).then(|| headers.get_all(name).iter()).into_iter().flatten()
+}
+
+/// Whether `headers` may hold `name`: false only for a small map whose names it is not
+/// among (one pass over its few names, no hash).
+fn holds(headers: &HeaderMap, name: &HeaderName) -> bool {
+    headers.keys_len() > SCANNED_HEADERS || headers.keys().any(|each| each == name)
 }
 
 #[cfg(test)]
