@@ -9,6 +9,7 @@
 use std::io;
 use std::mem::MaybeUninit;
 use std::pin::Pin;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -19,6 +20,7 @@ use tokio::io::AsyncRead;
 use crate::gateway::forward::wire::{content_length, fill, head_length};
 use crate::gateway::listen::body_deadline::BodyTimedOut;
 use crate::gateway::listen::client_body::ClientBody;
+use crate::openai::request::Endpoint;
 
 /// Headers parsed in place; a request with more is handed over.
 const PARSED_HEADERS: usize = 128;
@@ -167,9 +169,12 @@ fn parse(bytes: &Bytes, limits: &Limits) -> Option<Head> {
     if method == Method::CONNECT || !target.starts_with('/') {
         return None;
     }
-    // A copy: the target outlives the request (its context keeps it for the stream's
-    // observer), and a view would keep the whole read buffer alive with it.
-    let uri = Uri::from_maybe_shared(Bytes::copy_from_slice(target.as_bytes())).ok()?;
+    let uri = match inference_target(target) {
+        Some(uri) => uri,
+        // A copy: the target outlives the request (its context keeps it for the stream's
+        // observer), and a view would keep the whole read buffer alive with it.
+        None => Uri::from_maybe_shared(Bytes::copy_from_slice(target.as_bytes())).ok()?,
+    };
     // Room for the request id, should the gateway add one, without growing the map.
     let mut map = HeaderMap::with_capacity(parsed.headers.len() + 1);
     let (mut body_length, mut close) = (None, false);
@@ -202,4 +207,30 @@ fn parse(bytes: &Bytes, limits: &Limits) -> Option<Head> {
     *request.version_mut() = Version::HTTP_11;
     *request.headers_mut() = map;
     Some(Head { request, body_length: body_length.unwrap_or(0), close })
+}
+
+/// The target of an inference request (`/v1/chat/completions`, `/v1/completions`), parsed
+/// once per process: most requests name one of the two, and parsing and copying a target
+/// cost more than the rest of the request line.
+fn inference_target(target: &str) -> Option<Uri> {
+    static TARGETS: LazyLock<[Uri; 2]> = LazyLock::new(|| {
+        [Endpoint::Chat, Endpoint::Completions].map(|endpoint| Uri::from_static(endpoint.path()))
+    });
+    TARGETS.iter().find(|uri| uri.path() == target).cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_inference_targets_themselves_are_taken_ready_made() {
+        for target in ["/v1/chat/completions", "/v1/completions"] {
+            let uri = inference_target(target).unwrap();
+            assert_eq!(uri, Uri::from_maybe_shared(Bytes::from_static(target.as_bytes())).unwrap());
+        }
+        for other in ["/v1/completions?stream=1", "/v1/chat/completions/", "/v1/models", "/"] {
+            assert!(inference_target(other).is_none(), "{other}");
+        }
+    }
 }
