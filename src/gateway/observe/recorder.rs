@@ -361,13 +361,18 @@ fn usage_of_json(body: &[u8]) -> Option<Usage> {
     })
 }
 
-/// The searcher for a body's last `"usage"` key, built once (building one costs more than a
-/// search of a short body).
-static USAGE_KEY: std::sync::LazyLock<memchr::memmem::FinderRev<'static>> =
-    std::sync::LazyLock::new(|| memchr::memmem::FinderRev::new(b"\"usage\""));
+/// Where a body's last `"usage"` key starts. Found from its `u`, searched for backwards
+/// (vectorised): servers put the usage last, after text that holds few `u`s, and a reverse
+/// substring search has no vectorised form.
+fn last_usage_key(body: &[u8]) -> Option<usize> {
+    const KEY: &[u8] = b"\"usage\"";
+    memchr::memrchr_iter(b'u', body)
+        .filter_map(|at| at.checked_sub(1))
+        .find(|&start| body[start..].starts_with(KEY))
+}
 
 fn usage_after_last_key(body: &[u8]) -> Option<Usage> {
-    let after_key = USAGE_KEY.rfind(body)? + USAGE_KEY.needle().len();
+    let after_key = last_usage_key(body)? + b"\"usage\"".len();
     let rest = body[after_key..].trim_ascii_start().strip_prefix(b":")?;
     // Checked as UTF-8 once, so that its keys are not each checked again.
     let mut value = serde_json::Deserializer::from_str(std::str::from_utf8(rest).ok()?);
@@ -490,6 +495,24 @@ mod tests {
         assert_eq!(usage("not json"), None);
         let spaced = "{\"usage\" :\n {\"prompt_tokens\": 5, \"completion_tokens\": 7}}";
         assert_eq!(usage(spaced), Some(7));
+    }
+
+    #[test]
+    fn the_last_usage_key_is_found_wherever_it_stands() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let mut found = 0;
+        for _ in 0..5_000 {
+            // Bodies of key pieces and letters that start it, so that near misses abound.
+            let pieces: [&[u8]; 5] = [b"\"usage\"", b"\"usag", b"u", b"\"", b"sage\""];
+            let body: Vec<u8> = (0..rng.random_range(0..12))
+                .flat_map(|_| pieces[rng.random_range(0..pieces.len())].iter().copied())
+                .collect();
+            let expected = body.windows(7).rposition(|window| window == b"\"usage\"");
+            found += usize::from(expected.is_some());
+            assert_eq!(last_usage_key(&body), expected, "{}", body.escape_ascii());
+        }
+        assert!(found > 1_000 && found < 4_900, "{found} of 5,000 held the key");
     }
 
     #[tokio::test]
