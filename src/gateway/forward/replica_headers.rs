@@ -41,16 +41,6 @@ impl ReplicaHeaders {
         Builder { lines: BytesMut::with_capacity(capacity), ..Builder::default() }
     }
 
-    /// Takes the replica's headers off `response`, if it carries them.
-    pub fn take<B>(response: &mut Response<B>) -> Option<Self> {
-        response.extensions_mut().remove::<Self>()
-    }
-
-    /// The replica's headers on `response`, if it carries them.
-    pub fn of<B>(response: &Response<B>) -> Option<&Self> {
-        response.extensions().get::<Self>()
-    }
-
     /// Sets a header on `response`: beside the replica's lines if it carries them, else in
     /// its map. Either way in place of any other of the same name.
     pub fn set<B>(response: &mut Response<B>, name: HeaderName, value: HeaderValue) {
@@ -74,7 +64,7 @@ impl ReplicaHeaders {
     /// Moves the replica's headers on `response` into its map (for a server that writes
     /// only the map): the map's own headers replace the replica's of the same name.
     pub fn merge_into_map<B>(response: &mut Response<B>) {
-        let Some(replica) = Self::take(response) else { return };
+        let Some(replica) = response.extensions_mut().remove::<Self>() else { return };
         let own = std::mem::take(response.headers_mut());
         let count = replica.lines().count() + replica.added.len() + own.len();
         let mut merged = HeaderMap::with_capacity(count);
@@ -92,6 +82,21 @@ impl ReplicaHeaders {
         // `extend` with a map's entries replaces the values of each name it brings.
         merged.extend(own);
         *response.headers_mut() = merged;
+    }
+
+    /// These headers less those `dropped` names (a second pass, for what is rare: names a
+    /// `Connection` header listed after them, a length a transfer coding overrides).
+    pub fn without(self, dropped: impl Fn(&[u8]) -> bool) -> Self {
+        if !self.lines().any(|(name, _)| dropped(name)) {
+            return self;
+        }
+        let mut rebuilt = Self::builder(self.lines.len());
+        for (name, value) in self.lines().filter(|(name, _)| !dropped(name)) {
+            rebuilt.push(name, value);
+        }
+        let mut headers = rebuilt.finish(self.content_length);
+        headers.added = self.added;
+        headers
     }
 
     /// Each header, as (name, value).
@@ -186,23 +191,6 @@ impl Builder {
     }
 }
 
-impl ReplicaHeaders {
-    /// These headers less those `dropped` names (a second pass, for what is rare: names a
-    /// `Connection` header listed after them, a length a transfer coding overrides).
-    pub fn without(self, dropped: impl Fn(&[u8]) -> bool) -> Self {
-        if !self.lines().any(|(name, _)| dropped(name)) {
-            return self;
-        }
-        let mut rebuilt = Self::builder(self.lines.len());
-        for (name, value) in self.lines().filter(|(name, _)| !dropped(name)) {
-            rebuilt.push(name, value);
-        }
-        let mut headers = rebuilt.finish(self.content_length);
-        headers.added = self.added;
-        headers
-    }
-}
-
 /// One bit of 64 for a header name, in any case, from its length and its first and last
 /// bytes: names with different bits differ, and the bits of a head's few names are one
 /// word to test a name against before the lines are read.
@@ -275,7 +263,7 @@ mod tests {
         let map = response.headers();
         assert_eq!(map.get_all("x-request-id").iter().collect::<Vec<_>>(), ["gateway"]);
         assert_eq!(map["server"], "sim");
-        assert!(ReplicaHeaders::of(&response).is_none());
+        assert!(response.extensions().get::<ReplicaHeaders>().is_none());
     }
 
     #[test]
