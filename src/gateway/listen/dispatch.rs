@@ -101,10 +101,10 @@ fn error_response(
     state.metrics.record_error(entry, kind);
     let strategy = state.connector(ctx.entry).strategy();
     let mut response = error.into_response();
-    let headers = response.headers_mut();
+    let map = response.headers_mut();
     tag(
         |name, value| {
-            headers.insert(name, value);
+            map.insert(name, value);
         },
         ctx.entry,
         strategy,
