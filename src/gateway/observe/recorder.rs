@@ -361,18 +361,20 @@ fn usage_of_json(body: &[u8]) -> Option<Usage> {
     })
 }
 
+/// A response's usage key, quotes included.
+const USAGE_KEY: &[u8] = b"\"usage\"";
+
 /// Where a body's last `"usage"` key starts. Found from its `u`, searched for backwards
 /// (vectorised): servers put the usage last, after text that holds few `u`s, and a reverse
 /// substring search has no vectorised form.
 fn last_usage_key(body: &[u8]) -> Option<usize> {
-    const KEY: &[u8] = b"\"usage\"";
     memchr::memrchr_iter(b'u', body)
         .filter_map(|at| at.checked_sub(1))
-        .find(|&start| body[start..].starts_with(KEY))
+        .find(|&start| body[start..].starts_with(USAGE_KEY))
 }
 
 fn usage_after_last_key(body: &[u8]) -> Option<Usage> {
-    let after_key = last_usage_key(body)? + b"\"usage\"".len();
+    let after_key = last_usage_key(body)? + USAGE_KEY.len();
     let rest = body[after_key..].trim_ascii_start().strip_prefix(b":")?;
     // Checked as UTF-8 once, so that its keys are not each checked again.
     let mut value = serde_json::Deserializer::from_str(std::str::from_utf8(rest).ok()?);
