@@ -190,16 +190,7 @@ async fn replica_closing_after_each_answer() -> (SocketAddr, Arc<AtomicU64>, mps
                     if std::mem::take(&mut first_chat) {
                         counted.fetch_add(1, Ordering::SeqCst);
                     }
-                    let body = r#"{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;
-                    // Headers of its own too: repeated ones, ones the gateway sets itself,
-                    // and connection-specific ones, in the replica's spelling.
-                    let answer = format!(
-                        "HTTP/1.1 200 OK\r\nServer: recorder\r\nSet-Cookie: a=1\r\n\
-                         Content-Type: application/json\r\nX-Request-Id: from-replica\r\n\
-                         X-Laneway-Entry: forged\r\nConnection: keep-alive, X-Hop\r\n\
-                         X-Hop: 1\r\nSet-Cookie: b=2\r\ncontent-length: {}\r\n\r\n{body}",
-                        body.len()
-                    );
+                    let answer = chat_answer("content-type: application/json\r\n");
                     socket.write_all(answer.as_bytes()).await.unwrap();
                     break;
                 }
@@ -261,6 +252,12 @@ async fn spread_replaces_a_connection_the_replica_closed_while_it_idled() {
     gateway.shutdown().await;
 }
 
+/// A chat completion's answer with `headers` (CRLF-ended lines) before its length.
+fn chat_answer(headers: &str) -> String {
+    let body = r#"{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;
+    format!("HTTP/1.1 200 OK\r\n{headers}content-length: {}\r\n\r\n{body}", body.len())
+}
+
 /// A replica that answers every request with a small chat completion on a kept connection
 /// and sends the head of each request it read (lowercase) on the channel.
 async fn replica_recording_heads() -> (SocketAddr, mpsc::UnboundedReceiver<String>) {
@@ -295,15 +292,12 @@ async fn replica_recording_heads() -> (SocketAddr, mpsc::UnboundedReceiver<Strin
                     }
                     bytes.drain(..end + 4 + length);
                     let _ = heads_tx.send(head);
-                    let body = r#"{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;
                     // Headers of its own too: repeated ones, ones the gateway sets itself,
                     // and connection-specific ones, in the replica's spelling.
-                    let answer = format!(
-                        "HTTP/1.1 200 OK\r\nServer: recorder\r\nSet-Cookie: a=1\r\n\
-                         Content-Type: application/json\r\nX-Request-Id: from-replica\r\n\
-                         X-Laneway-Entry: forged\r\nConnection: keep-alive, X-Hop\r\n\
-                         X-Hop: 1\r\nSet-Cookie: b=2\r\ncontent-length: {}\r\n\r\n{body}",
-                        body.len()
+                    let answer = chat_answer(
+                        "Server: recorder\r\nSet-Cookie: a=1\r\nContent-Type: application/json\r\n\
+                         X-Request-Id: from-replica\r\nX-Laneway-Entry: forged\r\n\
+                         Connection: keep-alive, X-Hop\r\nX-Hop: 1\r\nSet-Cookie: b=2\r\n",
                     );
                     if socket.write_all(answer.as_bytes()).await.is_err() {
                         return;
