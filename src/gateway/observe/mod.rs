@@ -3,6 +3,7 @@
 
 pub mod access_log;
 pub mod body;
+pub mod json_usage;
 pub mod metrics;
 pub mod recorder;
 pub mod series;
