@@ -54,34 +54,29 @@ pub fn listed_names(value: &[u8]) -> impl Iterator<Item = &[u8]> {
     })
 }
 
-/// Whether `name` describes one connection, not the request (RFC 9110 §7.6.1, plus the
-/// legacy `Keep-Alive` and `Proxy-Connection`): a match on the lowercase text, a length
-/// test and one compare.
+/// The headers that describe one connection, not the request (RFC 9110 §7.6.1, plus the
+/// legacy `Keep-Alive` and `Proxy-Connection`), lowercase.
+const HOP_BY_HOP: [&str; 7] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+];
+
+/// Whether `name` describes one connection, not the request: a header name is lowercase,
+/// so each compare is a length test and at most one memory compare.
 pub fn is_hop_by_hop(name: &HeaderName) -> bool {
-    matches!(
-        name.as_str(),
-        "connection"
-            | "keep-alive"
-            | "proxy-connection"
-            | "proxy-authorization"
-            | "te"
-            | "trailer"
-            | "transfer-encoding"
-    )
+    HOP_BY_HOP.contains(&name.as_str())
 }
 
-/// [`is_hop_by_hop`] for a name as received, in any case (the same list).
+/// [`is_hop_by_hop`] for a name as received, in any case.
 pub fn is_hop_by_hop_name(name: &[u8]) -> bool {
-    const HOP_BY_HOP: [&[u8]; 7] = [
-        b"connection",
-        b"keep-alive",
-        b"proxy-connection",
-        b"proxy-authorization",
-        b"te",
-        b"trailer",
-        b"transfer-encoding",
-    ];
-    HOP_BY_HOP.iter().any(|hop| hop.len() == name.len() && hop.eq_ignore_ascii_case(name))
+    HOP_BY_HOP
+        .iter()
+        .any(|hop| hop.len() == name.len() && hop.as_bytes().eq_ignore_ascii_case(name))
 }
 
 /// A request with the client's method, target and headers and the given body: a copy for

@@ -1,10 +1,9 @@
 //! Reading a response head: interim (1xx) heads skipped, the end-to-end headers kept as
 //! their lines (see `forward::replica_headers`), and the body's framing decided by RFC 9112
-//! §6.3. The connection's own
-//! headers (hop-by-hop, and those `Connection` names) are read for the framing and the
-//! connection's fate while the head is parsed, and left out of the headers passed on: a
-//! proxy must not forward them, and reading them once here spares the map lookups and
-//! removals a later pass would cost on every response.
+//! §6.3. The connection's own headers (hop-by-hop, and those `Connection` names) are read
+//! for the framing and the connection's fate while the head is parsed, and left out of the
+//! headers passed on: a proxy must not forward them, and reading them once here spares the
+//! lookups and removals a later pass would cost on every response.
 
 use std::mem::MaybeUninit;
 use std::sync::LazyLock;
