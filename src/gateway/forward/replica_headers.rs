@@ -52,6 +52,20 @@ impl ReplicaHeaders {
         }
     }
 
+    /// Sets headers on a response's parts as [`Self::set`] does, its lines looked up once.
+    pub fn setter<'a>(
+        headers: &'a mut HeaderMap,
+        extensions: &'a mut http::Extensions,
+    ) -> impl FnMut(HeaderName, HeaderValue) + 'a {
+        let mut lines = extensions.get_mut::<Self>();
+        move |name, value| match lines.as_deref_mut() {
+            Some(lines) => lines.add(name, value),
+            None => {
+                headers.insert(name, value);
+            }
+        }
+    }
+
     /// Adds a header the gateway sets, in place of the replica's (and an earlier one) of
     /// the same name.
     pub fn add(&mut self, name: HeaderName, value: HeaderValue) {

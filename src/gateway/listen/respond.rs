@@ -84,20 +84,9 @@ pub fn respond(
     if let Some(ticket) = &ctx.quota {
         ticket.headers.apply(&mut parts.headers);
     }
-    let (entry, strategy, variant) = (ctx.entry, ctx.strategy, &*ctx.variant);
-    let replica_name = replica_header.as_ref();
-    match parts.extensions.get_mut::<ReplicaHeaders>() {
-        // Beside the replica's lines, as they are: no map is built for either.
-        Some(lines) => {
-            tag(|name, value| lines.add(name, value), entry, strategy, variant, replica_name)
-        }
-        None => {
-            let set = |name, value| {
-                parts.headers.insert(name, value);
-            };
-            tag(set, entry, strategy, variant, replica_name);
-        }
-    }
+    // Beside the replica's lines if it sent them as such: no map is built for either.
+    let set = ReplicaHeaders::setter(&mut parts.headers, &mut parts.extensions);
+    tag(set, ctx.entry, ctx.strategy, &ctx.variant, replica_header.as_ref());
     let timeouts = &state.config.reliability.timeouts;
     let watchdog = StreamWatchdog::new(
         timeouts.idle,
