@@ -13,6 +13,7 @@
 //! oversized request bodies, `Expect`, upgrades, malformed or oversized heads.
 
 mod date;
+mod outgoing;
 mod request;
 mod response;
 

@@ -1,21 +1,21 @@
 //! Writing one response on an HTTP/1.1 connection: the head, then the body's frames as
 //! they come, framed by the response's `Content-Length`, by the body's known size, or in
 //! chunks. Frames already available go out together with the head or with each other in
-//! one vectored write; a frame still being produced is waited for while the connection
-//! is watched for the client leaving (it drops the body, as hyper does).
+//! one write ([`super::outgoing`]); a frame still being produced is waited for while the
+//! connection is watched for the client leaving (it drops the body, as hyper does).
 
-use std::collections::VecDeque;
-use std::io::IoSlice;
+use std::io::Write;
 use std::pin::Pin;
 use std::task::Poll;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use http_body::{Body, Frame};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::client_left;
+use super::outgoing::Outgoing;
 use crate::gateway::body::{BoxError, ProxyBody};
 use crate::gateway::forward::replica_headers::ReplicaHeaders;
 use crate::gateway::forward::wire::content_length;
@@ -26,9 +26,8 @@ const WRITE_BATCH_BYTES: usize = 64 * 1024;
 /// Pieces queued before they are written (one vectored write takes this many).
 const WRITE_BATCH_PIECES: usize = 32;
 
-/// Room made at first for the pieces of a response: its head and a whole body, or a
-/// stream's first frames (each chunk of a chunked body is three pieces).
-const RESPONSE_PIECES: usize = 4;
+/// A body of up to this many bytes, announced by its length, gets room beside its head.
+const SMALL_BODY_BYTES: u64 = 4 * 1024;
 
 /// What the request said about its response.
 #[derive(Debug, Clone, Copy)]
@@ -89,8 +88,8 @@ where
     let framing = framing(&scanned, parts.status, &body, reply.head_request);
     let close = reply.close || scanned.closes;
     let then = if close { Then::Close } else { Then::GoOn };
-    let mut out = Outgoing::with_room(RESPONSE_PIECES);
-    out.push(encode_head(parts.status, headers, &scanned, framing, close, reply));
+    let mut out = Outgoing::with_capacity(head_room(headers, framing));
+    encode_head(out.gathered(), parts.status, headers, &scanned, framing, close, reply);
     drop(replica);
     // Header values may be views into the replica's read buffer: let it go.
     drop(parts);
@@ -134,18 +133,19 @@ where
                 out.push(data);
             }
             Framing::Chunked => {
-                out.push(Bytes::from(format!("{:x}\r\n", data.len())));
+                // Writing to a Vec cannot fail.
+                let _ = write!(out.gathered(), "{:x}\r\n", data.len());
                 out.push(data);
-                out.push(Bytes::from_static(b"\r\n"));
+                out.gathered().extend_from_slice(b"\r\n");
             }
             Framing::None => unreachable!("returned above"),
         }
-        if out.remaining() >= WRITE_BATCH_BYTES || out.pieces.len() + 3 > WRITE_BATCH_PIECES {
+        if out.remaining() >= WRITE_BATCH_BYTES || out.pieces() + 2 > WRITE_BATCH_PIECES {
             flush(io, &mut out).await?;
         }
     }
     match framing {
-        Framing::Chunked => out.push(Bytes::from_static(b"0\r\n\r\n")),
+        Framing::Chunked => out.gathered().extend_from_slice(b"0\r\n\r\n"),
         Framing::Length(declared) if left > 0 => {
             let _ = flush(io, &mut out).await;
             return Err(WriteError::Length { declared });
@@ -228,28 +228,38 @@ fn framing(scanned: &Scanned, status: StatusCode, body: &ProxyBody, head_request
     body.size_hint().exact().map_or(Framing::Chunked, Framing::Length)
 }
 
-/// The status line and headers: the connection's own headers (`Connection`, `Keep-Alive`,
-/// `Transfer-Encoding`) are this connection's, not the response's; the framing and a
-/// `Date` are added where missing.
+/// Room for the head (its headers and the few the gateway adds) and a small body of a
+/// known length, so that both are written from one buffer without it growing.
+fn head_room(headers: Headers<'_>, framing: Framing) -> usize {
+    let size: usize =
+        headers.own.iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum();
+    let replica_size = headers.replica.map_or(0, ReplicaHeaders::written_len);
+    let body = match framing {
+        Framing::Length(length) if length <= SMALL_BODY_BYTES => length as usize,
+        _ => 0,
+    };
+    size + replica_size + 160 + body
+}
+
+/// The status line and headers, into `head`: the connection's own headers (`Connection`,
+/// `Keep-Alive`, `Transfer-Encoding`) are this connection's, not the response's; the
+/// framing and a `Date` are added where missing.
 fn encode_head(
+    head: &mut Vec<u8>,
     status: StatusCode,
     headers: Headers<'_>,
     scanned: &Scanned,
     framing: Framing,
     close: bool,
     reply: Reply<'_>,
-) -> Bytes {
-    let size: usize =
-        headers.own.iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum();
-    let replica_size = headers.replica.map_or(0, ReplicaHeaders::written_len);
-    let mut head = Vec::with_capacity(size + replica_size + 160);
+) {
     head.extend_from_slice(b"HTTP/1.1 ");
     head.extend_from_slice(status.as_str().as_bytes());
     head.push(b' ');
     head.extend_from_slice(status.canonical_reason().unwrap_or("Unknown").as_bytes());
     head.extend_from_slice(b"\r\n");
     if let Some(replica) = headers.replica {
-        replica.put_besides(headers.own, &mut head);
+        replica.put_besides(headers.own, head);
     }
     for (name, value) in headers.own {
         let own = name == CONNECTION
@@ -257,26 +267,25 @@ fn encode_head(
             || name.as_str() == "keep-alive"
             || (name == CONTENT_LENGTH && scanned.bad_length);
         if !own {
-            put_header(&mut head, name.as_str().as_bytes(), value.as_bytes());
+            put_header(head, name.as_str().as_bytes(), value.as_bytes());
         }
     }
     match framing {
         Framing::Length(length) if scanned.declared.is_none() => {
-            put_header(&mut head, b"content-length", itoa::Buffer::new().format(length).as_bytes())
+            put_header(head, b"content-length", itoa::Buffer::new().format(length).as_bytes())
         }
-        Framing::Chunked => put_header(&mut head, b"transfer-encoding", b"chunked"),
+        Framing::Chunked => put_header(head, b"transfer-encoding", b"chunked"),
         _ => {}
     }
     if close {
-        put_header(&mut head, b"connection", b"close");
+        put_header(head, b"connection", b"close");
     } else {
-        put_header(&mut head, b"keep-alive", reply.keep_alive.as_bytes());
+        put_header(head, b"keep-alive", reply.keep_alive.as_bytes());
     }
     if !scanned.has_date {
-        super::date::with_now(|date| put_header(&mut head, b"date", date));
+        super::date::with_now(|date| put_header(head, b"date", date));
     }
     head.extend_from_slice(b"\r\n");
-    Bytes::from(head)
 }
 
 fn put_header(head: &mut Vec<u8>, name: &[u8], value: &[u8]) {
@@ -286,61 +295,8 @@ fn put_header(head: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     head.extend_from_slice(b"\r\n");
 }
 
-/// Writes everything queued in one vectored write (or as few as the socket takes).
+/// Writes everything queued, then flushes.
 async fn flush<S: AsyncWrite + Unpin>(io: &mut S, out: &mut Outgoing) -> Result<(), WriteError> {
-    if out.has_remaining() {
-        io.write_all_buf(out).await.map_err(WriteError::Io)?;
-    }
+    out.write_to(io).await.map_err(WriteError::Io)?;
     io.flush().await.map_err(WriteError::Io)
-}
-
-/// Byte pieces queued for one write, read as one buffer.
-struct Outgoing {
-    pieces: VecDeque<Bytes>,
-    remaining: usize,
-}
-
-impl Outgoing {
-    fn with_room(pieces: usize) -> Self {
-        Self { pieces: VecDeque::with_capacity(pieces), remaining: 0 }
-    }
-
-    fn push(&mut self, piece: Bytes) {
-        if !piece.is_empty() {
-            self.remaining += piece.len();
-            self.pieces.push_back(piece);
-        }
-    }
-}
-
-impl Buf for Outgoing {
-    fn remaining(&self) -> usize {
-        self.remaining
-    }
-
-    fn chunk(&self) -> &[u8] {
-        self.pieces.front().map_or(&[], |piece| piece)
-    }
-
-    fn chunks_vectored<'a>(&'a self, slices: &mut [IoSlice<'a>]) -> usize {
-        let mut filled = 0;
-        for (slice, piece) in slices.iter_mut().zip(&self.pieces) {
-            *slice = IoSlice::new(piece);
-            filled += 1;
-        }
-        filled
-    }
-
-    fn advance(&mut self, mut count: usize) {
-        self.remaining -= count;
-        while count > 0 {
-            let front = self.pieces.front_mut().expect("advanced past the end");
-            if count < front.len() {
-                front.advance(count);
-                return;
-            }
-            count -= front.len();
-            self.pieces.pop_front();
-        }
-    }
 }
