@@ -198,7 +198,7 @@ impl RecorderState {
     }
 
     fn record(&mut self, outcome: Outcome) {
-        let now = Instant::now();
+        let now = outcome.finished_at;
         let seed = self.settings.compare.seed.wrapping_add(self.series.len() as u64 * 1000);
         let window = self.settings.window;
         self.compare(&outcome);
@@ -296,6 +296,7 @@ mod tests {
             e2e: Duration::from_secs(5),
             prompt_tokens: 1000,
             completion_tokens: 300,
+            finished_at: std::time::Instant::now(),
         }
     }
 

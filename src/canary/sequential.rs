@@ -350,6 +350,7 @@ mod tests {
                 e2e: Duration::from_secs_f64(ttft + 300.0 * tpot),
                 prompt_tokens: 1000,
                 completion_tokens: 300,
+                finished_at: std::time::Instant::now(),
             }
         }
     }

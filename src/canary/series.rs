@@ -91,6 +91,7 @@ mod tests {
             e2e: Duration::from_secs(1),
             prompt_tokens: 1,
             completion_tokens: 1,
+            finished_at: std::time::Instant::now(),
         }
     }
 

@@ -2,7 +2,7 @@
 //! latency histograms (for percentiles) and bounded reservoirs (for significance tests).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
@@ -24,6 +24,9 @@ pub struct Outcome {
     pub e2e: Duration,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
+    /// When the request ended: the series' windows are read against it, so that the
+    /// recorder task reads no clock per request.
+    pub finished_at: Instant,
 }
 
 /// The service-level objectives a request must all meet to count towards goodput.
@@ -123,6 +126,7 @@ mod tests {
             e2e: Duration::from_millis(e2e_ms),
             prompt_tokens: 1000,
             completion_tokens: 300,
+            finished_at: std::time::Instant::now(),
         }
     }
 

@@ -169,11 +169,10 @@ impl Admission {
         let now = if counting { clock::now_micros() } else { 0 };
         let key = self.shares.arrived(scope, flow, now, window);
         let mut arrival = Arrival { shares: &self.shares, flow: &key, admitted: false };
-        let arrived_at = Instant::now();
         let admitted = self.wait_for_place(placement, prompt_tokens, flow, &key, &limits).await;
-        if let Ok((_, _, queued)) = &admitted {
-            // A request admitted at once waited for nothing: no second clock read.
-            let waited = if *queued { arrived_at.elapsed().as_secs_f64() } else { 0.0 };
+        if let Ok((_, _, queued_at)) = &admitted {
+            // A request admitted at once waited for nothing, and read no clock for it.
+            let waited = queued_at.map_or(0.0, |queued_at| queued_at.elapsed().as_secs_f64());
             if flow.key.is_empty() {
                 self.untenanted_wait.observe(waited);
             } else {
@@ -192,12 +191,13 @@ impl Admission {
         flow: &Flow,
         key: &FlowKey,
         limits: &AdmissionConfig,
-    ) -> Result<(InFlightGuard, AdmissionPermit, bool), GatewayError> {
+    ) -> Result<(InFlightGuard, AdmissionPermit, Option<Instant>), GatewayError> {
         if self.queue.is_empty()
             && let Try::Admitted(guard, permit) = self.try_admit(placement, prompt_tokens, key)?
         {
-            return Ok((guard, permit, false));
+            return Ok((guard, permit, None));
         }
+        let queued_at = Instant::now();
         let _length = QueueLengthGauge(self);
         let Some(ticket) = self.queue.join_as(limits.queue_size, flow) else {
             self.metrics.admission_rejected.with_label_values(&["queue_full"]).inc();
@@ -219,7 +219,7 @@ impl Admission {
             }
             if woken {
                 match self.try_admit(placement, prompt_tokens, key)? {
-                    Try::Admitted(guard, permit) => return Ok((guard, permit, true)),
+                    Try::Admitted(guard, permit) => return Ok((guard, permit, Some(queued_at))),
                     Try::Full => {}
                     Try::NoRoomHere => ticket.pass_on(),
                 }
@@ -247,7 +247,9 @@ impl Admission {
             return Ok(Try::Full);
         }
         let per_replica = limits.max_in_flight_per_replica;
-        let (now, window) = (clock::now_micros(), fair_window(&limits));
+        // The shares read the clock only once they are counted.
+        let now = if self.shares.counts(key) { clock::now_micros() } else { 0 };
+        let window = fair_window(&limits);
         let mut placed = self.place(placement, prompt_tokens, per_replica, 4);
         if placed.is_none()
             && limits.tenant_burst > 0
@@ -335,7 +337,9 @@ impl Drop for Arrival<'_> {
 impl Drop for AdmissionPermit {
     fn drop(&mut self) {
         let admission = &self.admission;
-        admission.shares.left(&self.flow, clock::now_micros());
+        if admission.shares.counts(&self.flow) {
+            admission.shares.left(&self.flow, clock::now_micros());
+        }
         let left = admission.in_flight.fetch_sub(1, Ordering::SeqCst) - 1;
         admission.metrics.admission_in_flight.set(left as i64);
         admission.drained.record();

@@ -97,6 +97,12 @@ impl FlowShares {
         self.counting_as(&flow.key, flow.band)
     }
 
+    /// [`Self::counting`] for a flow that arrived: whether its admission and departure
+    /// count (and are worth a clock read).
+    pub fn counts(&self, key: &FlowKey) -> bool {
+        self.counting_as(&key.flow, key.band)
+    }
+
     fn counting_as(&self, name: &str, band: u8) -> bool {
         let distinct = !name.is_empty() || band != DEFAULT_BAND;
         if distinct && !self.counting_started.load(Ordering::Relaxed) {

@@ -7,17 +7,21 @@
 //!
 //! The deadlines are checked by one timer per connection that wakes a few times per
 //! timeout period, not re-armed per request: a request costs two atomic updates and a
-//! clock read, and an expiry happens within half a period of its deadline.
+//! read of the coarse clock ([`clock::coarse_now`]: its tick of a few milliseconds is
+//! nothing against timeouts of seconds), and an expiry happens within half a period of its
+//! deadline.
 
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{Notify, watch};
+
+use crate::gateway::clock;
 
 /// The client-side timeouts of one connection, read from the live config when it opens.
 #[derive(Debug, Clone, Copy)]
@@ -27,10 +31,10 @@ pub struct ClientTimeouts {
 }
 
 /// What the connection's requests and reads tell its timer. Times are nanoseconds since
-/// `opened`; 0 means "not set".
+/// `opened` on the coarse clock; 0 means "not set".
 #[derive(Debug)]
 pub struct Activity {
-    opened: Instant,
+    opened: Duration,
     open_requests: AtomicU32,
     requests_served: AtomicU64,
     idle_since: AtomicU64,
@@ -56,7 +60,7 @@ pub enum Expiry {
 impl Activity {
     pub fn new() -> Arc<Self> {
         Arc::new(Self {
-            opened: Instant::now(),
+            opened: clock::coarse_now(),
             open_requests: AtomicU32::new(0),
             requests_served: AtomicU64::new(0),
             idle_since: AtomicU64::new(0),
@@ -68,7 +72,7 @@ impl Activity {
 
     fn nanos_since_open(&self) -> u64 {
         // At least 1, so that a time taken at the very opening is not read as "not set".
-        (self.opened.elapsed().as_nanos() as u64).max(1)
+        (clock::coarse_now().saturating_sub(self.opened).as_nanos() as u64).max(1)
     }
 
     /// A request was handed over; the returned guard closes it when dropped.

@@ -239,6 +239,7 @@ impl Recorder {
             e2e,
             prompt_tokens,
             completion_tokens,
+            finished_at: now,
         };
         if let Some((replica, slo)) = &self.capacity {
             replica.load.record_finished(slo.is_met_by(&observed));

@@ -43,8 +43,7 @@ impl Outgoing {
         if piece.is_empty() {
             return;
         }
-        if piece.len() <= GATHER_PIECE_BYTES && self.gathered.len() + piece.len() <= GATHER_BYTES
-        {
+        if piece.len() <= GATHER_PIECE_BYTES && self.gathered.len() + piece.len() <= GATHER_BYTES {
             self.gathered.extend_from_slice(&piece);
             return;
         }
@@ -80,12 +79,11 @@ impl Outgoing {
         Ok(())
     }
 
-    /// Moves the gathered bytes behind the queued pieces, to keep their order when a large
-    /// piece follows them.
+    /// Moves the gathered bytes behind the queued pieces (the buffer itself, not a copy),
+    /// to keep their order when a large piece follows them.
     fn queue_gathered(&mut self) {
         if !self.gathered.is_empty() {
-            let gathered = Bytes::copy_from_slice(&self.gathered);
-            self.gathered.clear();
+            let gathered = Bytes::from(std::mem::take(&mut self.gathered));
             self.queued_bytes += gathered.len();
             self.queued.push_back(gathered);
         }

@@ -47,7 +47,7 @@ pub struct LatencyEstimate {
     pending_prefill_tokens: AtomicU64,
     /// Requests ever placed on the replica.
     placements: AtomicU64,
-    /// When the last was placed ([`clock::now_micros`], zero for never): exploration goes
+    /// When the last was placed ([`clock::now_micros`] scale, zero for never): exploration goes
     /// to the replica whose estimate is stalest.
     last_placed: AtomicU64,
     /// Published models, as `f64` bits: the decode line's `(intercept, slope)`, the TTFT
@@ -236,7 +236,7 @@ impl LatencyProbe {
     pub fn begin(replica: Arc<Replica>, prompt_tokens: u64, now: Instant) -> Self {
         let estimate = &replica.latency;
         estimate.placements.fetch_add(1, Ordering::Relaxed);
-        estimate.last_placed.store(clock::now_micros(), Ordering::Relaxed);
+        estimate.last_placed.store(clock::micros_at(now), Ordering::Relaxed);
         let queued_ahead =
             estimate.pending_prefill_tokens.fetch_add(prompt_tokens, Ordering::Relaxed);
         // The request's own in-flight guard is already held.
