@@ -68,7 +68,13 @@ where
     let (parts, mut body) = request.into_parts();
     let framing = framing_of(&parts.method, &body);
     let first = next_data(&mut body).await?;
-    let room = first.as_ref().map_or(0, |data| data.len() + 8);
+    // Room behind the head for a first piece that is copied there (see below).
+    let room = match (&first, framing) {
+        (Some(data), Framing::Length(_) | Framing::None) if data.len() <= JOINED_BODY_BYTES => {
+            data.len()
+        }
+        _ => 0,
+    };
     let mut head = encode_head(&parts, framing, close, room);
     let more = first.is_some();
     let mut written = first.as_ref().map_or(0, |data| data.len() as u64);

@@ -14,8 +14,9 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 /// A piece up to this size is copied into the gathered buffer rather than queued.
 const GATHER_PIECE_BYTES: usize = 4 * 1024;
 
-/// The gathered buffer takes pieces while it holds less than this; it is given back once
-/// written if it grew past it, so that a long stream keeps a small buffer.
+/// The gathered buffer is given back once written if it grew past this, so that a long
+/// stream keeps a small buffer (how much is gathered before a write is the writer's
+/// batch limit).
 const GATHER_BYTES: usize = 16 * 1024;
 
 /// Bytes queued for one write: queued pieces first, then the gathered ones.
@@ -38,12 +39,12 @@ impl Outgoing {
         &mut self.gathered
     }
 
-    /// Queues `piece`: copied if it is small and the buffer has room, else kept as it is.
+    /// Queues `piece`: copied if it is small, else kept as it is.
     pub fn push(&mut self, piece: Bytes) {
         if piece.is_empty() {
             return;
         }
-        if piece.len() <= GATHER_PIECE_BYTES && self.gathered.len() + piece.len() <= GATHER_BYTES {
+        if piece.len() <= GATHER_PIECE_BYTES {
             self.gathered.extend_from_slice(&piece);
             return;
         }
