@@ -329,7 +329,7 @@ struct Arrival<'a> {
 impl Drop for Arrival<'_> {
     fn drop(&mut self) {
         if !self.admitted {
-            self.shares.left(self.flow, clock::now_micros());
+            self.shares.left_now(self.flow);
         }
     }
 }
@@ -337,9 +337,7 @@ impl Drop for Arrival<'_> {
 impl Drop for AdmissionPermit {
     fn drop(&mut self) {
         let admission = &self.admission;
-        if admission.shares.counts(&self.flow) {
-            admission.shares.left(&self.flow, clock::now_micros());
-        }
+        admission.shares.left_now(&self.flow);
         let left = admission.in_flight.fetch_sub(1, Ordering::SeqCst) - 1;
         admission.metrics.admission_in_flight.set(left as i64);
         admission.drained.record();

@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 
+use crate::gateway::clock;
 use crate::gateway::config::{DEFAULT_BAND, Flow};
 
 /// The part of its fair share under which a tenant may burst.
@@ -124,6 +125,13 @@ impl FlowShares {
         if let Some(used) = flows.get_mut(key) {
             used.recent = used.recent_at(now, window) + f64::from(u8::from(contended));
             used.recent_at = now;
+        }
+    }
+
+    /// [`Self::left`] now: the clock is read only when the flow counts.
+    pub fn left_now(&self, key: &FlowKey) {
+        if self.counts(key) {
+            self.left(key, clock::now_micros());
         }
     }
 

@@ -68,30 +68,22 @@ where
     let (parts, mut body) = request.into_parts();
     let framing = framing_of(&parts.method, &body);
     let first = next_data(&mut body).await?;
-    // Room behind the head for a first piece that is copied there (see below).
-    let room = match (&first, framing) {
-        (Some(data), Framing::Length(_) | Framing::None) if data.len() <= JOINED_BODY_BYTES => {
-            data.len()
-        }
-        _ => 0,
-    };
-    let mut head = encode_head(&parts, framing, close, room);
     let more = first.is_some();
     let mut written = first.as_ref().map_or(0, |data| data.len() as u64);
     match (framing, first) {
         (Framing::Chunked, Some(data)) => {
+            let head = encode_head(&parts, framing, close, 0);
             let mut out = Bytes::from(head).chain(chunk(data));
             io.write_all_buf(&mut out).await.map_err(WireError::Write)?;
         }
-        (_, Some(data)) if data.len() <= JOINED_BODY_BYTES => {
-            head.extend_from_slice(&data);
+        (_, Some(data)) => {
+            let head = encode_head(&parts, framing, close, joined_room(&data));
+            write_head_and_body(io, head, data).await?;
+        }
+        (_, None) => {
+            let head = encode_head(&parts, framing, close, 0);
             io.write_all(&head).await.map_err(WireError::Write)?;
         }
-        (_, Some(data)) => {
-            let mut out = Bytes::from(head).chain(data);
-            io.write_all_buf(&mut out).await.map_err(WireError::Write)?;
-        }
-        (_, None) => io.write_all(&head).await.map_err(WireError::Write)?,
     }
     if more {
         while let Some(data) = next_data(&mut body).await? {
@@ -121,16 +113,28 @@ where
 {
     let Buffered { parts, body, host } = request;
     let framing = framing_for(&parts.method, Some(body.len() as u64));
-    if body.len() <= JOINED_BODY_BYTES {
-        let mut head = encode_head_to(parts, Some(host), framing, close, body.len());
-        head.extend_from_slice(&body);
-        io.write_all(&head).await.map_err(WireError::Write)?;
-    } else {
-        let head = encode_head_to(parts, Some(host), framing, close, 0);
-        let mut out = Bytes::from(head).chain(body);
-        io.write_all_buf(&mut out).await.map_err(WireError::Write)?;
-    }
+    let head = encode_head_to(parts, Some(host), framing, close, joined_room(&body));
+    write_head_and_body(io, head, body).await?;
     io.flush().await.map_err(WireError::Write)
+}
+
+/// Room to reserve behind a head for `body`: its length if it will be copied there.
+fn joined_room(body: &Bytes) -> usize {
+    if body.len() <= JOINED_BODY_BYTES { body.len() } else { 0 }
+}
+
+/// Writes `head` and then `body` (unframed): a small body copied behind the head (which
+/// [`joined_room`] made room for) and sent in one plain write, a large one vectored.
+async fn write_head_and_body<S>(io: &mut S, mut head: Vec<u8>, body: Bytes) -> Result<(), WireError>
+where
+    S: AsyncWrite + Unpin,
+{
+    if body.len() <= JOINED_BODY_BYTES {
+        head.extend_from_slice(&body);
+        io.write_all(&head).await.map_err(WireError::Write)
+    } else {
+        io.write_all_buf(&mut Bytes::from(head).chain(body)).await.map_err(WireError::Write)
+    }
 }
 
 /// How the request body is delimited on the wire.
