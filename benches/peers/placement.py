@@ -1,12 +1,18 @@
 """Where each target placed its requests, and what that did to them, from `laneway bench`
 records that name the replica and the simulator's API process (`replica`, `api_worker`).
 
-    placement.py RESULTS.json[.xz] TTFT_MS TPOT_MS
+    placement.py RESULTS.json[.xz] TTFT_MS TPOT_MS [--summary]
 
 Per target: each replica's share of the requests and its SLO misses, then TTFT misses of the
 requests by how many other streams were open on the same API process when they were sent
 (the simulator's API processes slow a new request's preprocessing by the output work they
-carry). SLOs in wall-clock milliseconds, as the bench was run.
+carry), then the SLO misses by the fleet's state when each request was sent: whether its
+replica had an API process with no open stream, or only another replica had one, or none
+did. Misses in the first two rows are placement's to win back (in the second, unless that
+other replica was held back for another reason, such as a slow engine at its TPOT limit);
+misses in the last are the fleet's capacity. SLOs in wall-clock milliseconds, as the bench
+was run. With --summary, only that last table, one row per target (benches/peers.sh's
+routing parts add it to their results).
 """
 
 import json
@@ -30,6 +36,9 @@ def tpot_ms(record):
 def main():
     path, ttft_slo, tpot_slo = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
     results = load(path)
+    if "--summary" in sys.argv[4:]:
+        print_summary(results, ttft_slo, tpot_slo)
+        return
     for target in results["targets"]:
         records = [r for r in target["records"] if r.get("replica") is not None]
         if not records:
@@ -74,6 +83,80 @@ def main():
             label = "3+" if bucket == 3 else str(bucket)
             print(f"| {prompt} | {label} | {row['requests']} | {row['ttft miss']} |")
         print()
+        print_fleet_state(records, ttft_slo, tpot_slo)
+        print()
+
+
+def misses_slo(record, ttft_slo, tpot_slo):
+    ttft, tpot = record.get("ttft"), tpot_ms(record)
+    if record["outcome"]["kind"] != "success" or ttft is None or ttft / 1000 > ttft_slo:
+        return True
+    return tpot is not None and tpot > tpot_slo
+
+
+FLEET_STATES = (
+    "its replica had an idle API process",
+    "only another replica had one",
+    "no replica had one",
+)
+
+
+def fleet_state(record, same_round, workers):
+    """Which of FLEET_STATES held when `record` was sent: an API process is idle when no
+    stream sent to it before was still open (the simulator's process for each stream is in
+    the records; a replica's processes are those any record of the run names)."""
+    sent = record["sent_at"]
+    open_streams = Counter(
+        (other["replica"], other["api_worker"])
+        for other in same_round
+        if other is not record and other["sent_at"] < sent < other["sent_at"] + other["e2e"]
+    )
+    idle = {
+        replica: any(open_streams[(replica, worker)] == 0 for worker in processes)
+        for replica, processes in workers.items()
+    }
+    if idle.get(record["replica"]):
+        return FLEET_STATES[0]
+    return FLEET_STATES[1] if any(idle.values()) else FLEET_STATES[2]
+
+
+def fleet_state_rows(records, ttft_slo, tpot_slo):
+    """Requests and SLO misses per fleet state (FLEET_STATES) when each was sent."""
+    sent = [r for r in records if r.get("api_worker") is not None and r.get("e2e")]
+    workers = defaultdict(set)
+    for record in sent:
+        workers[record["replica"]].add(record["api_worker"])
+    by_round = defaultdict(list)
+    for record in sent:
+        by_round[record["round"]].append(record)
+    rows = defaultdict(Counter)
+    for same_round in by_round.values():
+        for record in same_round:
+            row = rows[fleet_state(record, same_round, workers)]
+            row["requests"] += 1
+            row["misses"] += misses_slo(record, ttft_slo, tpot_slo)
+    return rows
+
+
+def print_fleet_state(records, ttft_slo, tpot_slo):
+    rows = fleet_state_rows(records, ttft_slo, tpot_slo)
+    print("| when sent | requests | SLO misses |")
+    print("|---|---:|---:|")
+    for state in FLEET_STATES:
+        print(f"| {state} | {rows[state]['requests']} | {rows[state]['misses']} |")
+
+
+def print_summary(results, ttft_slo, tpot_slo):
+    print("SLO misses by the fleet's state when each request was sent (requests / misses;")
+    print("an API process is idle when no stream sent to it is open; `placement.py` has more):\n")
+    print("| target | " + " | ".join(FLEET_STATES) + " |")
+    print("|---|" + "---:|" * len(FLEET_STATES))
+    for target in results["targets"]:
+        records = [r for r in target["records"] if r.get("replica") is not None]
+        rows = fleet_state_rows(records, ttft_slo, tpot_slo)
+        cells = [f"{rows[state]['requests']} / {rows[state]['misses']}" for state in FLEET_STATES]
+        print(f"| {target['name']} | " + " | ".join(cells) + " |")
+    print()
 
 
 if __name__ == "__main__":

@@ -128,6 +128,9 @@ routing_mix() {
         --rounds 3 --seed 12 --goodput "ttft:$ttft" "tpot:$tpot" >/dev/null
     python3 "$PEERS_DIR/goodput_share.py" "$OUT/$case_name.json.xz" "$ttft" "$tpot" \
         | tee -a "$OUT/results.md"
+    # Whether the misses were placement's or the fleet's capacity.
+    python3 "$PEERS_DIR/placement.py" "$OUT/$case_name.json.xz" "$ttft" "$tpot" --summary \
+        | tee -a "$OUT/results.md"
 }
 
 part_degraded() {
