@@ -7,6 +7,7 @@ pub mod concurrency;
 pub mod estimate;
 pub mod fit;
 pub mod headroom;
+pub mod stream_ends;
 #[cfg(test)]
 mod tests;
 
