@@ -52,9 +52,6 @@ pub struct Classification {
     /// The body asks for a streamed answer (`"stream": true`); false when the body was not
     /// read.
     pub streams: bool,
-    /// The most tokens it asks to generate (`max_completion_tokens`, else `max_tokens`), if
-    /// the body names a count: how long its stream will hold its replica.
-    pub max_tokens: Option<u64>,
 }
 
 /// The most estimated tokens a JSON body of `len` bytes can hold.
@@ -93,35 +90,19 @@ pub fn classify(
     classify_with_model(endpoint, body, named, short_threshold_tokens, false).map(|(c, _)| c)
 }
 
-/// Only the `model`, `stream` and token-limit fields: the syntax check of a small body
-/// reads them at no extra cost.
+/// Only the `model` and `stream` fields: the syntax check of a small body reads them at no
+/// extra cost.
 #[derive(serde::Deserialize)]
 struct TopFields {
     model: Option<String>,
     /// Anything but `true` reads as false: the replica judges the value, not this check.
     #[serde(default, deserialize_with = "is_true")]
     stream: bool,
-    /// Anything but a count reads as none (the replica judges the value, as for `stream`).
-    #[serde(default, deserialize_with = "count")]
-    max_tokens: Option<u64>,
-    #[serde(default, deserialize_with = "count")]
-    max_completion_tokens: Option<u64>,
-}
-
-impl TopFields {
-    fn max_tokens(&self) -> Option<u64> {
-        self.max_completion_tokens.or(self.max_tokens)
-    }
 }
 
 fn is_true<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
     let value: serde_json::Value = serde::Deserialize::deserialize(deserializer)?;
     Ok(value == serde_json::Value::Bool(true))
-}
-
-fn count<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
-    let value: serde_json::Value = serde::Deserialize::deserialize(deserializer)?;
-    Ok(value.as_u64())
 }
 
 fn top_fields(body: &[u8]) -> Result<TopFields, RequestParseError> {
@@ -142,24 +123,22 @@ pub fn classify_with_model(
     if let Some((entry, method)) = named {
         let fields = if want_model { Some(top_fields(body)?) } else { None };
         let streams = fields.as_ref().is_some_and(|fields| fields.stream);
-        let max_tokens = fields.as_ref().and_then(TopFields::max_tokens);
-        let classification = Classification { entry, method, prompt_tokens, streams, max_tokens };
+        let classification = Classification { entry, method, prompt_tokens, streams };
         return Ok((classification, fields.and_then(|fields| fields.model)));
     }
     if let Some(entry) = classify_by_length(len, short_threshold_tokens) {
         // Small by construction (a few kB at most), so the syntax check is cheap.
         let fields = top_fields(body)?;
         let method = ClassifyMethod::ContentLength;
-        let (streams, max_tokens) = (fields.stream, fields.max_tokens());
-        let classification = Classification { entry, method, prompt_tokens, streams, max_tokens };
+        let classification =
+            Classification { entry, method, prompt_tokens, streams: fields.stream };
         return Ok((classification, fields.model));
     }
     let parsed = InferenceRequest::parse(endpoint, body)?;
     let prompt_tokens = parsed.prompt_tokens();
     let entry = if prompt_tokens <= short_threshold_tokens { Entry::Short } else { Entry::Long };
     let method = ClassifyMethod::Parsed;
-    let (streams, max_tokens) = (parsed.stream, parsed.max_tokens);
-    let classification = Classification { entry, method, prompt_tokens, streams, max_tokens };
+    let classification = Classification { entry, method, prompt_tokens, streams: parsed.stream };
     Ok((classification, parsed.model))
 }
 
@@ -226,32 +205,6 @@ mod tests {
         }
         // A key inside a message is not the request's.
         assert!(!short(&chat_body(r#"{"stream": true}"#), None));
-    }
-
-    #[test]
-    fn the_token_limit_is_read_on_every_path() {
-        let limited = |text: &str, limits: serde_json::Value| {
-            let mut body = serde_json::json!({"messages": [{"role": "user", "content": text}]});
-            body.as_object_mut().unwrap().extend(limits.as_object().unwrap().clone());
-            serde_json::to_vec(&body).unwrap()
-        };
-        let max_tokens = |body: &[u8], named| {
-            classify_with_model(Endpoint::Chat, body, named, 2048, true).unwrap().0.max_tokens
-        };
-        let header = Some((Entry::Long, ClassifyMethod::Header));
-        let long_text = "abcd ".repeat(3000);
-        for named in [None, header] {
-            for text in ["hi", long_text.as_str()] {
-                let both = serde_json::json!({"max_tokens": 300, "max_completion_tokens": 64});
-                assert_eq!(max_tokens(&limited(text, both), named), Some(64));
-                let legacy = serde_json::json!({"max_tokens": 300});
-                assert_eq!(max_tokens(&limited(text, legacy), named), Some(300));
-                assert_eq!(max_tokens(&limited(text, serde_json::json!({})), named), None);
-            }
-            // The replica judges odd values; this check neither refuses nor reads them.
-            let odd = serde_json::json!({"max_tokens": "many"});
-            assert_eq!(max_tokens(&limited("hi", odd), named), None);
-        }
     }
 
     #[test]

@@ -96,7 +96,7 @@ pub async fn forward(
     let (mut guard, permit) = admission.admit_as(&placement, ctx.prompt_tokens, &ctx.flow).await?;
     let mut replica = guard.replica().clone();
     let mut prefix_feedback = key.as_ref().map(|key| prefix.place(&replica, key));
-    let mut placement = LatencyProbe::begin(replica.clone(), &request.shape, Instant::now());
+    let mut placement = LatencyProbe::begin(replica.clone(), ctx.prompt_tokens, Instant::now());
     state.shared.retry_budget.deposit();
     let reliability = &state.config.reliability;
     let connector = &request.variant.connector;
@@ -185,7 +185,7 @@ pub async fn forward(
                 }
                 replica = next.replica().clone();
                 prefix_feedback = key.as_ref().map(|key| prefix.place(&replica, key));
-                placement = LatencyProbe::begin(replica.clone(), &request.shape, Instant::now());
+                placement = LatencyProbe::begin(replica.clone(), ctx.prompt_tokens, Instant::now());
                 guard = next;
                 attempt += 1;
             }
@@ -250,7 +250,7 @@ fn start_hedge<'a>(
         return None;
     }
     hedges.with_label_values(&["sent"]).inc();
-    let probe = LatencyProbe::begin(next.clone(), &request.shape, Instant::now());
+    let probe = LatencyProbe::begin(next.clone(), prompt_tokens, Instant::now());
     let connector = &request.variant.connector;
     let sending = Sending::Buffered(request.parts, request.body.clone());
     let send = async move { connector.send_by(&next, sending, deadline).await };

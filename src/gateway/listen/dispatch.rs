@@ -214,8 +214,6 @@ struct Classified {
     model: Option<String>,
     /// The body asks for a streamed answer.
     streams: bool,
-    /// The most tokens it asks to generate, if it says.
-    max_tokens: Option<u64>,
 }
 
 /// Phase 1, classify: method check, body read within the limit, entry and prompt estimate
@@ -250,8 +248,7 @@ async fn classify_request(
     ctx.strategy = state.connector(ctx.entry).strategy();
     ctx.inference = true;
     ctx.prompt_tokens = classification.prompt_tokens;
-    let (streams, max_tokens) = (classification.streams, classification.max_tokens);
-    Ok(Classified { parts, body, model, streams, max_tokens })
+    Ok(Classified { parts, body, model, streams: classification.streams })
 }
 
 /// Phases 2 to 4: pick a replica, forward with the entry's strategy (a refused connection
@@ -261,7 +258,7 @@ async fn pick_and_forward(
     classified: Classified,
     ctx: &mut RequestCtx,
 ) -> Result<Response<ProxyBody>, GatewayError> {
-    let Classified { mut parts, body, model, streams, max_tokens } = classified;
+    let Classified { mut parts, body, model, streams } = classified;
     let entry = ctx.entry;
     let replicas = state.picker.snapshot();
     let route = serving::route(&state.config.models, &replicas, model.as_deref())?;
@@ -290,7 +287,7 @@ async fn pick_and_forward(
     ctx.variant = variant.name.clone();
     ctx.strategy = variant.connector.strategy();
     let slo = classify::slo::request_slo(state.config.entry(entry).slo, &parts.headers)?;
-    let shape = RequestShape { prompt_tokens: ctx.prompt_tokens, max_tokens, slo };
+    let shape = RequestShape { prompt_tokens: ctx.prompt_tokens, slo };
     let serving = route.serving.as_deref();
     let forwarding = Forwarding { variant, parts: &parts, body: &body, shape, serving, streams };
     attempts::forward(state, forwarding, ctx).await

@@ -24,8 +24,6 @@ pub struct PickContext {
 pub struct RequestShape {
     /// Estimated prompt tokens.
     pub prompt_tokens: u64,
-    /// The most tokens it may generate (`None`: the request does not say).
-    pub max_tokens: Option<u64>,
     /// The entry's SLO, tightened by the request's `x-laneway-slo-*` headers.
     pub slo: EntrySlo,
 }

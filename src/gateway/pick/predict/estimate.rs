@@ -17,9 +17,7 @@ use parking_lot::Mutex;
 
 use super::concurrency::{COUNTS, TtftByConcurrency, slot};
 use super::fit::DecayedLine;
-use super::stream_ends::StreamEnds;
 use crate::gateway::clock;
-use crate::gateway::pick::policy::RequestShape;
 use crate::gateway::pick::replica::Replica;
 
 /// What a new replica is assumed to do before it has served anything: 50 ms plus 10 us a
@@ -60,8 +58,6 @@ pub struct LatencyEstimate {
     ttft_intercepts_published: [AtomicU64; COUNTS],
     ttft_spreads_published: [AtomicU64; COUNTS],
     models: Mutex<Models>,
-    /// When its streams in flight are expected to end (those that said their length).
-    pub stream_ends: StreamEnds,
 }
 
 #[derive(Debug)]
@@ -102,7 +98,6 @@ impl Default for LatencyEstimate {
                 .map(|v| AtomicU64::new(v.to_bits())),
             ttft_spreads_published: models.prefill.spreads().map(|v| AtomicU64::new(v.to_bits())),
             models: Mutex::new(models),
-            stream_ends: StreamEnds::default(),
         }
     }
 }
@@ -234,16 +229,11 @@ pub struct LatencyProbe {
     prefill_open: bool,
     /// Streams in flight on the replica when this one's first token came.
     decoding_with: Option<u64>,
-    /// The most tokens the request may generate, and the slot holding its expected end
-    /// among the replica's stream ends (if it said, and a slot was free).
-    max_tokens: u64,
-    end_slot: Option<usize>,
 }
 
 impl LatencyProbe {
-    /// Places a request of `request`'s shape on `replica` at `now`.
-    pub fn begin(replica: Arc<Replica>, request: &RequestShape, now: Instant) -> Self {
-        let prompt_tokens = request.prompt_tokens;
+    /// Places a request of `prompt_tokens` on `replica` at `now`.
+    pub fn begin(replica: Arc<Replica>, prompt_tokens: u64, now: Instant) -> Self {
         let estimate = &replica.latency;
         estimate.placements.fetch_add(1, Ordering::Relaxed);
         estimate.last_placed.store(clock::micros_at(now), Ordering::Relaxed);
@@ -251,23 +241,16 @@ impl LatencyProbe {
             estimate.pending_prefill_tokens.fetch_add(prompt_tokens, Ordering::Relaxed);
         // The request's own in-flight guard is already held.
         let in_flight = replica.load.in_flight().max(1);
-        let predicted = estimate.predict(queued_ahead, prompt_tokens, in_flight);
-        let max_tokens = request.max_tokens.unwrap_or(0);
-        let end_slot = request.max_tokens.and_then(|_| {
-            let decoding = decode_time(max_tokens, predicted.tpot);
-            estimate.stream_ends.claim(micros_in(now, predicted.ttft + decoding))
-        });
+        let predicted_ttft = estimate.predict(queued_ahead, prompt_tokens, in_flight).ttft;
         Self {
             replica,
             prompt_tokens,
             queued_ahead,
             others: in_flight - 1,
-            predicted_ttft: predicted.ttft,
+            predicted_ttft,
             placed_at: now,
             prefill_open: true,
             decoding_with: None,
-            max_tokens,
-            end_slot,
         }
     }
 
@@ -282,13 +265,7 @@ impl LatencyProbe {
             return None;
         }
         let ttft = now.saturating_duration_since(self.placed_at);
-        let decoding_with = self.replica.load.in_flight().max(1);
-        self.decoding_with = Some(decoding_with);
-        if let Some(slot) = self.end_slot {
-            let estimate = &self.replica.latency;
-            let tpot = estimate.predict(0, 0, decoding_with).tpot;
-            estimate.stream_ends.set(slot, micros_in(now, decode_time(self.max_tokens, tpot)));
-        }
+        self.decoding_with = Some(self.replica.load.in_flight().max(1));
         let tokens = self.queued_ahead + self.prompt_tokens;
         self.replica.latency.observe_prefill(tokens, self.others, ttft);
         let measured = ttft.as_secs_f64();
@@ -323,18 +300,5 @@ impl LatencyProbe {
 impl Drop for LatencyProbe {
     fn drop(&mut self) {
         self.close_prefill();
-        if let Some(slot) = self.end_slot.take() {
-            self.replica.latency.stream_ends.release(slot);
-        }
     }
-}
-
-/// Seconds to generate `max_tokens` after the first at `tpot` seconds each.
-fn decode_time(max_tokens: u64, tpot: f64) -> f64 {
-    max_tokens.saturating_sub(1) as f64 * tpot
-}
-
-/// [`clock::micros_at`] `seconds` after `now`.
-fn micros_in(now: Instant, seconds: f64) -> u64 {
-    clock::micros_at(now) + (seconds.max(0.0) * 1e6) as u64
 }

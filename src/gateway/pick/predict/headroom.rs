@@ -15,16 +15,7 @@
 //! lagged latency estimates alone would); if none fits, the widest headroom among those
 //! predicted to meet the TPOT objective at all wins, else the widest overall. So a replica
 //! predicted to miss the SLO never takes a request from one predicted to meet it, and
-//! replicas that all meet it share by load.
-//!
-//! When every candidate that meets the TPOT objective is predicted to miss the TTFT one
-//! (their API processes are all streaming), and each of them knows when its streams end
-//! (their requests said how many tokens they may generate: [`super::stream_ends`]), the
-//! request goes where it is predicted to start first: the wait for the replica's soonest
-//! stream end, plus the first token with one stream fewer. A replica whose processes all
-//! stream takes a new request on the first of them to come free, so that wait is the one
-//! the request will see, where the learned TTFT at that count is an average over every
-//! moment the replica had it. Past capacity a predicted TTFT miss is
+//! replicas that all meet it share by load. Past capacity a predicted TTFT miss is
 //! preferred to a predicted TPOT miss: TPOT is steady and its prediction near certain,
 //! while TTFT on a busy replica is a coin flip (its API processes race for the connection);
 //! comparing the sizes of the two misses sent a slowed replica the overflow, and most of it
@@ -41,7 +32,6 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::gateway::clock;
 use crate::gateway::pick::draw::Draws;
 use crate::gateway::pick::least_queue;
 use crate::gateway::pick::policy::{
@@ -121,21 +111,6 @@ pub fn headroom(replica: &Replica, request: &RequestShape) -> f64 {
     Margins::of(replica, request).headroom()
 }
 
-/// Seconds until a request could start on `replica` past its capacity: the wait for its
-/// soonest expected stream end, then its first token with one stream fewer (mean plus
-/// spread, as judged). `None` unless every request in flight there said when it ends.
-pub fn first_start(replica: &Replica, request: &RequestShape, now: u64) -> Option<f64> {
-    let estimate = &replica.latency;
-    let in_flight = replica.load.in_flight();
-    if in_flight == 0 || estimate.stream_ends.held() < in_flight {
-        return None;
-    }
-    let wait = estimate.stream_ends.soonest()?.saturating_sub(now) as f64 / 1e6;
-    let after =
-        estimate.predict(estimate.pending_prefill_tokens(), request.prompt_tokens, in_flight);
-    Some(wait + after.ttft + after.ttft_spread)
-}
-
 /// Whether a headroom means both predictions are within `FIT_SHARE` of the SLO.
 pub fn fits(headroom: f64) -> bool {
     headroom >= 1.0 - FIT_SHARE
@@ -169,14 +144,10 @@ impl Policy for PredictedLatency {
         }
         let start = self.rng.below(count);
         // (score, index) of the least loaded fitting candidate; (headroom, index) of the
-        // widest headroom among those whose TPOT fits, and overall; (seconds, index) of the
-        // earliest start among those whose TPOT fits and TTFT does not, if all know theirs.
+        // widest headroom among those whose TPOT fits, and overall.
         let mut least_loaded: Option<(f64, usize)> = None;
         let mut widest_tpot_fit: Option<(f64, usize)> = None;
         let mut widest: Option<(f64, usize)> = None;
-        let mut earliest_start: Option<(f64, usize)> = None;
-        let (mut a_tpot_fit_meets_ttft, mut starts_known) = (false, true);
-        let now = clock::micros_at(context.now);
         let wider = |best: Option<(f64, usize)>, room: f64| best.is_none_or(|(b, _)| room > b);
         for step in 0..count {
             let index = nth_candidate((start + step) % count, context);
@@ -189,27 +160,14 @@ impl Policy for PredictedLatency {
                     least_loaded = Some((score, index));
                 }
             } else if least_loaded.is_none() {
-                let tpot_fits = margins.tpot - margins.failures >= 0.0;
-                if tpot_fits && wider(widest_tpot_fit, room) {
+                if margins.tpot - margins.failures >= 0.0 && wider(widest_tpot_fit, room) {
                     widest_tpot_fit = Some((room, index));
-                }
-                if tpot_fits && margins.ttft >= 0.0 {
-                    a_tpot_fit_meets_ttft = true;
-                } else if tpot_fits && starts_known && !a_tpot_fit_meets_ttft {
-                    match first_start(replica, request, now) {
-                        Some(at) if earliest_start.is_none_or(|(best, _)| at < best) => {
-                            earliest_start = Some((at, index));
-                        }
-                        Some(_) => {}
-                        None => starts_known = false,
-                    }
                 }
                 if wider(widest, room) {
                     widest = Some((room, index));
                 }
             }
         }
-        let earliest_start = earliest_start.filter(|_| starts_known && !a_tpot_fit_meets_ttft);
-        least_loaded.or(earliest_start).or(widest_tpot_fit).or(widest).map(|(_, index)| index)
+        least_loaded.or(widest_tpot_fit).or(widest).map(|(_, index)| index)
     }
 }

@@ -7,7 +7,6 @@ pub mod concurrency;
 pub mod estimate;
 pub mod fit;
 pub mod headroom;
-pub mod stream_ends;
 #[cfg(test)]
 mod tests;
 

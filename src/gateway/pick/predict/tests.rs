@@ -15,7 +15,7 @@ use crate::gateway::pick::replica::Replica;
 use crate::gateway::pick::test_fleet::{context, replicas};
 
 fn shape(prompt_tokens: u64) -> RequestShape {
-    RequestShape { prompt_tokens, max_tokens: None, slo: EntrySlo::default() }
+    RequestShape { prompt_tokens, slo: EntrySlo::default() }
 }
 
 /// A scripted replica: TTFT = (fixed + tokens / rate) * slow, TPOT = (base + per * n) * slow.
@@ -36,7 +36,7 @@ impl Speed {
 /// One stream on `replica` from placement to end, timed by `speed` (no clock involved).
 fn serve(replica: &Arc<Replica>, prompt: u64, speed: Speed) {
     let start = Instant::now();
-    let mut placement = LatencyProbe::begin(replica.clone(), &shape(prompt), start);
+    let mut placement = LatencyProbe::begin(replica.clone(), prompt, start);
     let ahead = replica.latency.pending_prefill_tokens();
     placement.first_token(start + speed.ttft(ahead));
     placement.finished(speed.tpot(replica.load.in_flight().max(1)));
@@ -71,8 +71,8 @@ fn the_estimate_learns_prefill_and_decode_speed_from_scripted_streams() {
 fn pending_prefill_tokens_are_owed_from_placement_to_first_token_or_drop() {
     let replica = replicas(1).remove(0);
     let now = Instant::now();
-    let mut first = LatencyProbe::begin(replica.clone(), &shape(1000), now);
-    let second = LatencyProbe::begin(replica.clone(), &shape(9000), now);
+    let mut first = LatencyProbe::begin(replica.clone(), 1000, now);
+    let second = LatencyProbe::begin(replica.clone(), 9000, now);
     assert_eq!(replica.latency.pending_prefill_tokens(), 10_000);
     let error = first.first_token(now + Duration::from_millis(40)).unwrap();
     assert!(error >= 0.0);
@@ -162,7 +162,7 @@ fn train(replica: &Arc<Replica>, streams: usize, others: u64, prompt: u64, ttft:
     replica.load.in_flight.store(others + 1, Ordering::Relaxed);
     for _ in 0..streams {
         let start = Instant::now();
-        let mut probe = LatencyProbe::begin(replica.clone(), &shape(prompt), start);
+        let mut probe = LatencyProbe::begin(replica.clone(), prompt, start);
         probe.first_token(start + Duration::from_secs_f64(ttft));
         probe.finished(Duration::from_secs_f64(tpot));
     }
@@ -175,7 +175,7 @@ fn with_slo(prompt_tokens: u64, ttft_ms: u64, tpot_ms: u64) -> RequestShape {
         tpot: Duration::from_millis(tpot_ms),
         ..EntrySlo::default()
     };
-    RequestShape { prompt_tokens, max_tokens: None, slo }
+    RequestShape { prompt_tokens, slo }
 }
 
 #[test]
@@ -280,86 +280,4 @@ fn a_replica_whose_first_tokens_are_often_late_loses_to_a_steady_one_with_a_like
     for _ in 0..50 {
         assert_eq!(policy.pick_for(&set, &context(), &request), Some(1));
     }
-}
-
-/// `count` streams placed on `replica` at `at`, each saying it may generate `max_tokens`,
-/// held (with their expected ends) until dropped; the replica's in-flight count set to them.
-fn streams_said(
-    replica: &Arc<Replica>,
-    count: u64,
-    max_tokens: u64,
-    at: Instant,
-) -> Vec<LatencyProbe> {
-    let request = RequestShape { max_tokens: Some(max_tokens), ..shape(1000) };
-    let probes = (0..count).map(|_| LatencyProbe::begin(replica.clone(), &request, at)).collect();
-    replica.load.in_flight.store(count, Ordering::Relaxed);
-    probes
-}
-
-#[test]
-fn past_capacity_the_replica_whose_stream_ends_first_takes_the_request() {
-    // Sets the clock's time base before any instant ahead of now is read.
-    crate::gateway::clock::now_micros();
-    let set = replicas(3);
-    // r0 and r1 are healthy: a first token in 100 ms below 4 other requests in flight, past
-    // that (their API processes all streaming) in 700 ms on r0 and 800 ms on r1, 15 ms TPOT.
-    for (replica, late) in set[..2].iter().zip([0.7, 0.8]) {
-        for others in 0..8 {
-            train(replica, 6, others, 1000, if others < 4 { 0.1 } else { late }, 0.015);
-        }
-    }
-    // r2 decodes at 60 ms a token: past any TPOT objective here.
-    train(&set[2], 30, 0, 1000, 0.1, 0.06);
-    let policy = PredictedLatency::new(5).with_explore_every(0);
-    let request = with_slo(1000, 500, 50);
-    let now = Instant::now();
-    // Four 300-token streams on each: r1's placed now, r0's four seconds from now (their
-    // expected ends as far apart).
-    let on_r1 = streams_said(&set[1], 4, 300, now);
-    let on_r0 = streams_said(&set[0], 4, 300, now + Duration::from_secs(4));
-    let ends = |replica: &Replica| replica.latency.stream_ends.soonest().unwrap();
-    assert!(ends(&set[1]) + 3_900_000 < ends(&set[0]));
-    // Both are predicted to miss the first token; r0's miss is the smaller, but r1 frees
-    // an API process first and takes the request.
-    for _ in 0..20 {
-        assert_eq!(policy.pick_for(&set, &context(), &request), Some(1));
-    }
-    // A request on r1 that did not say its length: r1's soonest end is not known, and the
-    // smaller predicted miss wins again.
-    set[1].load.in_flight.store(5, Ordering::Relaxed);
-    assert_eq!(policy.pick_for(&set, &context(), &request), Some(0));
-    set[1].load.in_flight.store(4, Ordering::Relaxed);
-    assert_eq!(policy.pick_for(&set, &context(), &request), Some(1));
-    // Streams that end give their slots back.
-    drop(on_r1);
-    assert_eq!(
-        (set[1].latency.stream_ends.held(), set[1].latency.stream_ends.soonest()),
-        (0, None)
-    );
-    drop(on_r0);
-    assert_eq!(set[0].latency.stream_ends.held(), 0);
-}
-
-#[test]
-fn a_stream_ends_expected_end_moves_to_its_first_token() {
-    crate::gateway::clock::now_micros();
-    let replica = replicas(1).remove(0);
-    train(&replica, 30, 0, 1000, 0.1, 0.015);
-    let now = Instant::now();
-    let request = RequestShape { max_tokens: Some(101), ..shape(1000) };
-    let mut probe = LatencyProbe::begin(replica.clone(), &request, now);
-    let at_placement = replica.latency.stream_ends.soonest().unwrap();
-    let micros = crate::gateway::clock::micros_at(now);
-    // Predicted first token plus 100 tokens at the learned TPOT, about 0.1 + 1.5 s.
-    let expected = at_placement - micros;
-    assert!((1_450_000..1_750_000).contains(&expected), "{expected}");
-    // The first token came two seconds late: the end is 100 tokens from then.
-    probe.first_token(now + Duration::from_secs(2));
-    let moved = replica.latency.stream_ends.soonest().unwrap() - micros;
-    assert!((3_400_000..3_650_000).contains(&moved), "{moved}");
-    // A request that does not say its length holds no slot.
-    let unsaid = LatencyProbe::begin(replica.clone(), &shape(1000), now);
-    assert_eq!(replica.latency.stream_ends.held(), 1);
-    drop((probe, unsaid));
-    assert_eq!(replica.latency.stream_ends.held(), 0);
 }
