@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use fnv::FnvHashMap;
 use tokio::sync::{mpsc, oneshot, watch};
 
 pub use assign::{AssignError, VariantTable, WeightedVariant};
@@ -100,7 +101,7 @@ impl CanaryRecorder {
         let state = RecorderState {
             settings,
             layout,
-            series: HashMap::new(),
+            series: FnvHashMap::default(),
             dropped: dropped.clone(),
             comparisons: HashMap::new(),
             actions: VecDeque::new(),
@@ -158,7 +159,9 @@ impl CanaryRecorder {
 struct RecorderState {
     settings: CanarySettings,
     layout: Layout,
-    series: HashMap<(Arc<str>, Arc<str>), Series>,
+    /// By (entry, variant): names from the config, hashed by FNV (a request's outcome is
+    /// looked up here once, and SipHash over both names cost more than the rest of it).
+    series: FnvHashMap<(Arc<str>, Arc<str>), Series>,
     dropped: Arc<AtomicU64>,
     /// Each candidate's sequential comparison with its entry's baseline, and how often it
     /// was restarted.
