@@ -27,6 +27,11 @@ def load(path):
         return json.load(handle)
 
 
+def open_at(record, at):
+    """Whether `record`'s request was open (sent, its response not ended) at `at`."""
+    return record["sent_at"] <= at < record["sent_at"] + record["e2e"]
+
+
 def tpot_ms(record):
     if record.get("ttft") is None or record["output_tokens"] < 2:
         return None
@@ -68,8 +73,7 @@ def main():
             for record in group:
                 sent = record["sent_at"]
                 open_streams = sum(
-                    1 for other in group
-                    if other is not record and other["sent_at"] <= sent < other["sent_at"] + other["e2e"]
+                    1 for other in group if other is not record and open_at(other, sent)
                 )
                 bucket = min(open_streams, 3)
                 ttft = record.get("ttft")
@@ -109,7 +113,7 @@ def fleet_state(record, same_round, workers):
     open_streams = Counter(
         (other["replica"], other["api_worker"])
         for other in same_round
-        if other is not record and other["sent_at"] < sent < other["sent_at"] + other["e2e"]
+        if other is not record and open_at(other, sent)
     )
     idle = {
         replica: any(open_streams[(replica, worker)] == 0 for worker in processes)
