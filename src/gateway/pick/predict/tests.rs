@@ -281,3 +281,48 @@ fn a_replica_whose_first_tokens_are_often_late_loses_to_a_steady_one_with_a_like
         assert_eq!(policy.pick_for(&set, &context(), &request), Some(1));
     }
 }
+
+#[test]
+fn past_capacity_replicas_alike_within_the_noise_share_by_load_and_a_far_later_one_is_left_out() {
+    let set = replicas(3);
+    // From 4 other requests in flight on, r0's first tokens come in 500 or 900 ms (a 700 ms
+    // mean, 200 ms spread), r1's in 550 or 950 ms, r2's in 1.5 s every time; below that,
+    // in 100 ms. All decode at 15 ms.
+    let late = |replica: &Arc<Replica>, fast: f64, slow: f64| {
+        for others in 0..8 {
+            for n in 0..12 {
+                let ttft = if others < 4 {
+                    0.1
+                } else if n % 2 == 0 {
+                    fast
+                } else {
+                    slow
+                };
+                train(replica, 1, others, 1000, ttft, 0.015);
+            }
+        }
+    };
+    late(&set[0], 0.5, 0.9);
+    late(&set[1], 0.55, 0.95);
+    late(&set[2], 1.5, 1.5);
+    let predict = |replica: &Replica| replica.latency.predict(0, 1000, 6);
+    let (r0, r1, r2) = (predict(&set[0]), predict(&set[1]), predict(&set[2]));
+    assert!(r1.ttft <= r0.ttft + r0.ttft_spread, "{r0:?} {r1:?}");
+    assert!(r2.ttft > r0.ttft + r0.ttft_spread, "{r0:?} {r2:?}");
+    let policy = PredictedLatency::new(6).with_explore_every(0);
+    let request = with_slo(1000, 500, 50);
+    let pick = |loads: [u64; 3]| {
+        for (replica, load) in set.iter().zip(loads) {
+            replica.load.in_flight.store(load, Ordering::Relaxed);
+        }
+        policy.pick_for(&set, &context(), &request).unwrap()
+    };
+    // Every replica is predicted to miss the first token. r0's miss is the smallest, r1's
+    // is as small within r0's spread and r1 holds fewer requests: r1 takes it. r2 holds
+    // the fewest but its first token is far later than the band: it is left out.
+    for _ in 0..20 {
+        assert_eq!(pick([6, 5, 4]), 1);
+    }
+    // With r1 the busier, r0 (the smaller miss) takes it.
+    assert_eq!(pick([5, 6, 4]), 0);
+}
