@@ -78,8 +78,6 @@ impl PredictedLatency {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Margins {
     pub ttft: f64,
-    /// The TTFT prediction's spread (one standard deviation), as a share of the objective.
-    pub ttft_spread: f64,
     pub tpot: f64,
     /// Connection and scrape failures, each worth a whole objective.
     pub failures: f64,
@@ -95,10 +93,8 @@ impl Margins {
         // by which API process takes the connection, the mean alone meets an objective
         // that many requests miss.
         let ttft = predicted.ttft + predicted.ttft_spread;
-        let ttft_objective = request.slo.ttft.as_secs_f64().max(1e-6);
         Self {
-            ttft: 1.0 - ttft / ttft_objective,
-            ttft_spread: predicted.ttft_spread / ttft_objective,
+            ttft: 1.0 - ttft / request.slo.ttft.as_secs_f64().max(1e-6),
             tpot: 1.0 - predicted.tpot / request.slo.tpot.as_secs_f64().max(1e-6),
             failures: replica.load.failures() as f64,
         }
@@ -118,40 +114,6 @@ pub fn headroom(replica: &Replica, request: &RequestShape) -> f64 {
 /// Whether a headroom means both predictions are within `FIT_SHARE` of the SLO.
 pub fn fits(headroom: f64) -> bool {
     headroom >= 1.0 - FIT_SHARE
-}
-
-impl PredictedLatency {
-    /// Past capacity: of the candidates predicted to meet the TPOT objective, those whose
-    /// mean first token is no later than `best`'s (the widest headroom) judged one, mean
-    /// plus spread, are alike within the prediction's noise, and the least loaded of them
-    /// takes the request. Between equal replicas the size of a predicted miss is noise;
-    /// between a TP8 and a TP4 replica given a long prompt it is knowledge, and the band
-    /// keeps it (`benches/results/2026-12-02-overflow-by-load/`).
-    fn least_loaded_alike(
-        &self,
-        replicas: &[Arc<Replica>],
-        context: &PickContext,
-        request: &RequestShape,
-        (start, count): (usize, usize),
-        best: usize,
-    ) -> usize {
-        let best_ttft = Margins::of(&replicas[best], request).ttft;
-        let mut least_loaded = (least_queue::score(&replicas[best], context), best);
-        for step in 0..count {
-            let index = nth_candidate((start + step) % count, context);
-            let replica = &replicas[index];
-            let margins = Margins::of(replica, request);
-            let alike = margins.ttft + margins.ttft_spread >= best_ttft;
-            if index == best || margins.tpot - margins.failures < 0.0 || !alike {
-                continue;
-            }
-            let score = least_queue::score(replica, context);
-            if score < least_loaded.0 {
-                least_loaded = (score, index);
-            }
-        }
-        least_loaded.1
-    }
 }
 
 impl Policy for PredictedLatency {
@@ -206,11 +168,6 @@ impl Policy for PredictedLatency {
                 }
             }
         }
-        if least_loaded.is_none()
-            && let Some((_, best)) = widest_tpot_fit
-        {
-            return Some(self.least_loaded_alike(replicas, context, request, (start, count), best));
-        }
-        least_loaded.or(widest).map(|(_, index)| index)
+        least_loaded.or(widest_tpot_fit).or(widest).map(|(_, index)| index)
     }
 }
