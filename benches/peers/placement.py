@@ -20,6 +20,8 @@ import lzma
 import sys
 from collections import Counter, defaultdict
 
+from goodput_share import good
+
 
 def load(path):
     opener = lzma.open if path.endswith(".xz") else open
@@ -92,10 +94,8 @@ def main():
 
 
 def misses_slo(record, ttft_slo, tpot_slo):
-    ttft, tpot = record.get("ttft"), tpot_ms(record)
-    if record["outcome"]["kind"] != "success" or ttft is None or ttft / 1000 > ttft_slo:
-        return True
-    return tpot is not None and tpot > tpot_slo
+    """Not good by goodput_share.py's rule (SLOs in milliseconds)."""
+    return not good(record, ttft_slo * 1000, tpot_slo * 1000)
 
 
 FLEET_STATES = (

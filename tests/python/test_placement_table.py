@@ -4,8 +4,11 @@ with it."""
 
 import importlib.util
 import pathlib
+import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+# As when the script runs: its directory's modules (goodput_share) are importable.
+sys.path.insert(0, str(ROOT / "benches/peers"))
 
 
 def load_placement():
