@@ -15,18 +15,10 @@ was run. With --summary, only that last table, one row per target (benches/peers
 routing parts add it to their results).
 """
 
-import json
-import lzma
 import sys
 from collections import Counter, defaultdict
 
-from goodput_share import good
-
-
-def load(path):
-    opener = lzma.open if path.endswith(".xz") else open
-    with opener(path, "rt") as handle:
-        return json.load(handle)
+from goodput_share import good, load
 
 
 def open_at(record, at):
