@@ -73,7 +73,7 @@ impl ReliabilityMetrics {
             ),
             hedges: counter(
                 "laneway_hedges_total",
-                "Second sends of streamed requests their replica had not answered in time: sent, won (answered first), denied (by the retry budget)",
+                "Second sends of streamed requests their replica had not answered in time: sent, won (answered first), denied (by the retry budget); rescue: those of them sent when an API process freed (an answered response ended) while the request was still unanswered",
                 &["outcome"],
             ),
             admission_queue_length: gauge(

@@ -18,6 +18,7 @@ use http::request::Parts;
 use http::{Response, StatusCode};
 
 use super::hedge::{self, Hedged};
+use super::rescue;
 use super::respond::{Placed, respond};
 use crate::gateway::admission::{AdmissionPermit, HeldBody, Placement};
 use crate::gateway::body::{ProxyBody, boxed};
@@ -123,22 +124,21 @@ pub async fn forward(
         let sending = Sending::Buffered(request.parts, request.body.clone());
         let first = connector.send_by(&replica, sending, deadline);
         let hedged = match hedge_after(&request, attempt) {
-            None => Hedged::First(first.await, None),
+            None => Hedged::First(first.await, Vec::new()),
             Some(after) => {
                 let prompt = prompt.as_ref();
-                let start = || start_hedge(state, &request, prompt, ctx.prompt_tokens, deadline);
-                hedge::send(first, after, start).await
+                let prompt_tokens = ctx.prompt_tokens;
+                let start = || start_hedge(state, &request, prompt, prompt_tokens, deadline);
+                let until =
+                    tokio::time::Instant::now() + request.shape.slo.ttft.saturating_sub(after);
+                let rescue = rescue_when_freed(state, &request, until, start);
+                hedge::send(first, after, start, rescue).await
             }
         };
         drop(answer_place);
-        let sent = match hedged {
-            Hedged::First(sent, failed_hedge) => {
-                if let Some(((hedge_guard, _), error)) = failed_hedge {
-                    record_send_failure(state, hedge_guard.replica(), &error);
-                }
-                sent
-            }
-            Hedged::Second(response, (hedge_guard, hedge_probe), first_failed) => {
+        let (sent, failed_hedges) = match hedged {
+            Hedged::First(sent, failed_hedges) => (sent, failed_hedges),
+            Hedged::Later(response, (hedge_guard, hedge_probe), first_failed, failed_hedges) => {
                 if let Some(error) = first_failed {
                     record_send_failure(state, &replica, &error);
                 }
@@ -147,9 +147,12 @@ pub async fn forward(
                 prefix_feedback = key.as_ref().map(|key| prefix.place(&replica, key));
                 placement = hedge_probe;
                 guard = hedge_guard;
-                Ok(response)
+                (Ok(response), failed_hedges)
             }
         };
+        for ((hedge_guard, _), error) in failed_hedges {
+            record_send_failure(state, hedge_guard.replica(), &error);
+        }
         let last = attempt >= reliability.retry.max_attempts;
         let retryable = match sent {
             Err(error @ GatewayError::UpstreamTimeout { .. }) => {
@@ -255,6 +258,27 @@ fn start_hedge<'a>(
     let sending = Sending::Buffered(request.parts, request.body.clone());
     let send = async move { connector.send_by(&next, sending, deadline).await };
     Some(((guard, probe), send))
+}
+
+/// A rescue ([`super::rescue`]): from the hedge point until a send could no longer meet
+/// the TTFT objective (`ttft - after` after the first send), one more send when a process
+/// frees on a replica the request may go to, placed as a hedge is.
+async fn rescue_when_freed<S>(
+    state: &GatewayState,
+    request: &Forwarding<'_>,
+    until: tokio::time::Instant,
+    start: impl FnOnce() -> Option<S>,
+) -> Option<S> {
+    // Listed only when polled, at the hedge point: a request answered before costs nothing.
+    let replicas = request.variant.replicas_for(&state.picker, request.serving);
+    if !rescue::process_freed(replicas, until).await {
+        return None;
+    }
+    let started = start();
+    if started.is_some() {
+        state.shared.reliability_metrics.hedges.with_label_values(&["rescue"]).inc();
+    }
+    started
 }
 
 /// A place on another replica with room, if the retry budget allows one more retry.

@@ -12,6 +12,7 @@ mod h1;
 mod hedge;
 mod models;
 pub mod request_id;
+mod rescue;
 mod respond;
 mod rewind;
 

@@ -114,7 +114,9 @@ pub fn respond(
         recorder.set_placement(latency);
     }
     let health = state.health.clone();
-    let body = ObservedBody::new(body, recorder, placed.guard, watchdog, health);
+    let mut guard = placed.guard;
+    guard.mark_answered();
+    let body = ObservedBody::new(body, recorder, guard, watchdog, health);
     let body = boxed(body);
     state.metrics.record_overhead(OverheadPhase::FirstByte, headers_at);
     Response::from_parts(parts, body)

@@ -11,6 +11,8 @@ use super::replica::Replica;
 pub struct InFlightGuard {
     replica: Arc<Replica>,
     prompt_tokens: u64,
+    /// The replica answered: the end of this request frees the API process that served it.
+    answered: bool,
 }
 
 impl InFlightGuard {
@@ -18,7 +20,7 @@ impl InFlightGuard {
         replica.load.in_flight.fetch_add(1, Ordering::Relaxed);
         replica.load.arrivals.fetch_add(1, Ordering::Relaxed);
         replica.load.in_flight_prompt_tokens.fetch_add(prompt_tokens, Ordering::Relaxed);
-        Self { replica, prompt_tokens }
+        Self { replica, prompt_tokens, answered: false }
     }
 
     /// Acquires only while the replica has fewer than `limit` requests in flight, so that
@@ -30,11 +32,18 @@ impl InFlightGuard {
             .ok()?;
         load.arrivals.fetch_add(1, Ordering::Relaxed);
         load.in_flight_prompt_tokens.fetch_add(prompt_tokens, Ordering::Relaxed);
-        Some(Self { replica, prompt_tokens })
+        Some(Self { replica, prompt_tokens, answered: false })
     }
 
     pub fn replica(&self) -> &Arc<Replica> {
         &self.replica
+    }
+
+    /// The replica answered this request (its response is being relayed): its end is a
+    /// freed API process ([`super::freed`]). A send dropped unanswered (a hedge's loser, a
+    /// failure) frees none that the gateway could count on.
+    pub fn mark_answered(&mut self) {
+        self.answered = true;
     }
 }
 
@@ -45,6 +54,9 @@ impl Drop for InFlightGuard {
         load.in_flight_prompt_tokens.fetch_sub(self.prompt_tokens, Ordering::Relaxed);
         if before == 1 {
             load.idle.notify_waiters();
+        }
+        if self.answered {
+            load.freed.release();
         }
     }
 }

@@ -2,6 +2,7 @@
 //! replica set (behind `ArcSwap`) and per-replica atomic load figures.
 
 mod draw;
+pub mod freed;
 pub mod guard;
 pub mod least_queue;
 pub mod policy;

@@ -10,6 +10,7 @@ use arc_swap::ArcSwap;
 use http::HeaderValue;
 use rustls_pki_types::ServerName;
 
+use super::freed::FreedProcesses;
 use super::predict::LatencyEstimate;
 use super::replica_health::ReplicaHealth;
 use crate::gateway::config::{Placement, ReplicaConfig};
@@ -136,6 +137,9 @@ pub struct ReplicaLoad {
     pub good: AtomicU64,
     /// Streamed requests sent and not answered yet, under their limit.
     pub answer_gate: AnswerGate,
+    /// Answered responses that ended while stuck requests were waiting for a free API
+    /// process here.
+    pub freed: FreedProcesses,
 }
 
 /// What the scraper read from a replica's `/metrics`.

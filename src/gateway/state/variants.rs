@@ -59,6 +59,15 @@ impl Variant {
         picker.pick_request_in(policy, pool.as_deref(), exclude, limit, request, prompt)
     }
 
+    /// The replicas [`Self::pick_for`] chooses from, draining or not.
+    pub fn replicas_for(&self, picker: &Picker, serving: Option<&[String]>) -> Vec<Arc<Replica>> {
+        let pool = self.pool_serving(serving);
+        let in_pool = |replica: &&Arc<Replica>| {
+            pool.as_deref().is_none_or(|members| members.contains(&replica.name))
+        };
+        picker.snapshot().iter().filter(in_pool).cloned().collect()
+    }
+
     /// A number naming the replicas [`Self::pick_for`] chooses from: equal for requests
     /// that compete for the same places (0: every replica).
     pub fn scope_for(&self, serving: Option<&[String]>) -> u64 {
