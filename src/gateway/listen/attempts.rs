@@ -131,7 +131,7 @@ pub async fn forward(
                 let start = || start_hedge(state, &request, prompt, prompt_tokens, deadline);
                 let until =
                     tokio::time::Instant::now() + request.shape.slo.ttft.saturating_sub(after);
-                let rescue = rescue_when_freed(state, &request, until, start);
+                let rescue = rescue_when_freed(state, &request, prompt, until, start);
                 hedge::send(first, after, start, rescue).await
             }
         };
@@ -243,9 +243,7 @@ fn start_hedge<'a>(
     deadline: tokio::time::Instant,
 ) -> Option<(HedgePlace, impl Future<Output = Result<Response<UpstreamBody>, GatewayError>> + 'a)> {
     let limit = state.shared.admission.limits().max_in_flight_per_replica;
-    let variant: &Variant = request.variant;
-    let next =
-        variant.pick_for(&state.picker, request.serving, None, limit, &request.shape, prompt)?;
+    let next = hedge_pick(state, request, prompt)?;
     let guard = InFlightGuard::try_acquire(next.clone(), prompt_tokens, limit)?;
     let hedges = &state.shared.reliability_metrics.hedges;
     if !state.shared.retry_budget.try_withdraw() {
@@ -260,20 +258,36 @@ fn start_hedge<'a>(
     Some(((guard, probe), send))
 }
 
+/// Where the policy would place a hedge now.
+fn hedge_pick(
+    state: &GatewayState,
+    request: &Forwarding<'_>,
+    prompt: Option<&PromptPick<'_>>,
+) -> Option<Arc<Replica>> {
+    let limit = state.shared.admission.limits().max_in_flight_per_replica;
+    let variant: &Variant = request.variant;
+    variant.pick_for(&state.picker, request.serving, None, limit, &request.shape, prompt)
+}
+
 /// A rescue ([`super::rescue`]): from the hedge point until a send could no longer meet
 /// the TTFT objective (`ttft - after` after the first send), one more send when a process
-/// frees on a replica the request may go to, placed as a hedge is.
+/// frees on a replica the request may go to and the policy would place it there now (a
+/// process freed on a replica the policy avoids, one past its TPOT objective say, is left
+/// to other requests).
 async fn rescue_when_freed<S>(
     state: &GatewayState,
     request: &Forwarding<'_>,
+    prompt: Option<&PromptPick<'_>>,
     until: tokio::time::Instant,
     start: impl FnOnce() -> Option<S>,
 ) -> Option<S> {
     // Listed only when polled, at the hedge point: a request answered before costs nothing.
     let replicas = request.variant.replicas_for(&state.picker, request.serving);
-    if !rescue::process_freed(replicas, until).await {
-        return None;
-    }
+    let placed_there = |freed: &Replica| {
+        hedge_pick(state, request, prompt).is_some_and(|pick| pick.name == freed.name)
+    };
+    // The hedge's own pick, a moment after `placed_there`'s, goes there too.
+    rescue::process_freed(replicas, until, placed_there).await?;
     let started = start();
     if started.is_some() {
         state.shared.reliability_metrics.hedges.with_label_values(&["rescue"]).inc();

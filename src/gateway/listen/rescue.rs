@@ -18,11 +18,16 @@ use tokio::time::Instant;
 
 use crate::gateway::pick::Replica;
 
-/// Resolves `true` when this request claims a freed process on one of `replicas`, `false`
-/// at `until` (or at once if `replicas` is empty or `until` has passed).
-pub async fn process_freed(replicas: Vec<Arc<Replica>>, until: Instant) -> bool {
+/// The replica on which this request claimed a freed process, among `replicas` and only
+/// where `accept` says it would go; `None` at `until` (or at once if `replicas` is empty or
+/// `until` has passed). A process freed where it would not go is left to other requests.
+pub async fn process_freed(
+    replicas: Vec<Arc<Replica>>,
+    until: Instant,
+    accept: impl Fn(&Replica) -> bool,
+) -> Option<Arc<Replica>> {
     if replicas.is_empty() || Instant::now() >= until {
-        return false;
+        return None;
     }
     let watching = Watching::new(replicas);
     let claimed = async {
@@ -32,13 +37,18 @@ pub async fn process_freed(replicas: Vec<Arc<Replica>>, until: Instant) -> bool 
             for wait in &mut waits {
                 wait.as_mut().enable();
             }
-            if watching.0.iter().any(|replica| replica.load.freed.try_claim()) {
-                return;
+            let claim = |replica: &&Arc<Replica>| {
+                replica.load.freed.has_tickets()
+                    && accept(replica)
+                    && replica.load.freed.try_claim()
+            };
+            if let Some(replica) = watching.0.iter().find(claim) {
+                return replica.clone();
             }
             any_ready(&mut waits).await;
         }
     };
-    tokio::time::timeout_at(until, claimed).await.is_ok()
+    tokio::time::timeout_at(until, claimed).await.ok()
 }
 
 /// Resolves when one of `waits` does.
@@ -98,13 +108,15 @@ mod tests {
     async fn an_answered_end_on_a_watched_replica_rescues_one_waiter() {
         let (a, b) = (replica("a"), replica("b"));
         let until = Instant::now() + Duration::from_secs(1);
-        let first = tokio::spawn(process_freed(vec![a.clone(), b.clone()], until));
-        let second = tokio::spawn(process_freed(vec![a.clone(), b.clone()], until));
+        let first = tokio::spawn(process_freed(vec![a.clone(), b.clone()], until, |_| true));
+        let second = tokio::spawn(process_freed(vec![a.clone(), b.clone()], until, |_| true));
         tokio::task::yield_now().await;
         let stream = answered(&b);
         drop(stream);
-        let (first, second) = (first.await.unwrap(), second.await.unwrap());
-        assert_eq!([first, second].iter().filter(|claimed| **claimed).count(), 1);
+        let claimed = [first.await.unwrap(), second.await.unwrap()];
+        let claimed: Vec<_> =
+            claimed.iter().flatten().map(|replica| replica.name.as_str()).collect();
+        assert_eq!(claimed, ["b"]);
         assert!(!b.load.freed.try_claim(), "the ticket was taken once");
     }
 
@@ -112,20 +124,38 @@ mod tests {
     async fn unanswered_ends_and_other_replicas_rescue_nobody() {
         let (a, b) = (replica("a"), replica("b"));
         let until = Instant::now() + Duration::from_millis(300);
-        let waiter = tokio::spawn(process_freed(vec![a.clone()], until));
+        let waiter = tokio::spawn(process_freed(vec![a.clone()], until, |_| true));
         tokio::task::yield_now().await;
         drop(InFlightGuard::acquire(a.clone(), 10));
         drop(answered(&b));
-        assert!(!waiter.await.unwrap(), "a hedge's loser or another pool's end is no rescue");
+        assert!(
+            waiter.await.unwrap().is_none(),
+            "a hedge's loser or another pool's end is no rescue"
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn no_wait_once_too_late_and_nothing_left_watched() {
         let a = replica("a");
-        assert!(!process_freed(vec![a.clone()], Instant::now()).await);
-        assert!(!process_freed(Vec::new(), Instant::now() + Duration::from_secs(1)).await);
+        assert!(process_freed(vec![a.clone()], Instant::now(), |_| true).await.is_none());
+        let later = Instant::now() + Duration::from_secs(1);
+        assert!(process_freed(Vec::new(), later, |_| true).await.is_none());
         drop(answered(&a));
         a.load.freed.watch();
         assert!(!a.load.freed.try_claim(), "ends after the waiters left leave no ticket");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_process_freed_where_the_request_would_not_go_is_left_for_others() {
+        let (a, b) = (replica("a"), replica("b"));
+        let until = Instant::now() + Duration::from_secs(1);
+        let only_b =
+            tokio::spawn(process_freed(vec![a.clone(), b.clone()], until, |r| r.name == "b"));
+        tokio::task::yield_now().await;
+        a.load.freed.watch();
+        drop(answered(&a));
+        drop(answered(&b));
+        assert_eq!(only_b.await.unwrap().map(|r| r.name.clone()).as_deref(), Some("b"));
+        assert!(a.load.freed.try_claim(), "a's ticket is still there for another waiter");
     }
 }

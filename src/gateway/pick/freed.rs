@@ -40,6 +40,11 @@ impl FreedProcesses {
         }
     }
 
+    /// Whether a ticket is left to take.
+    pub fn has_tickets(&self) -> bool {
+        self.tickets.load(Ordering::Acquire) > 0
+    }
+
     /// Takes a ticket if one is left (each is taken once).
     pub fn try_claim(&self) -> bool {
         let take = |tickets: u64| tickets.checked_sub(1);
