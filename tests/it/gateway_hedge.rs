@@ -2,7 +2,8 @@
 //! of its TTFT objective is sent once more, and the first answer wins; a request that is
 //! not streamed is never hedged; a prefix-aware hedge goes where the first send went when
 //! that is where the conversation lives, its backlog full or not; a send that fails counts
-//! against its replica's health whichever send answered.
+//! against its replica's health whichever send answered; a stream still unanswered after
+//! its hedge is sent once more when another stream ends (a freed API process).
 
 use std::sync::Arc;
 
@@ -68,13 +69,41 @@ async fn a_request_that_is_not_streamed_is_not_hedged() {
     let streamed_first = next_arrival(&mut arrivals).await;
     let streamed_hedge = next_arrival(&mut arrivals).await;
     assert_eq!(hedges(&gateway, "sent"), 1.0);
-    for answer in [whole_arrival, streamed_hedge] {
-        answer.send(()).unwrap();
-    }
-    assert_eq!(whole.await.unwrap(), 200);
+    // The streamed one first: the other's end, while it waited, would rescue it.
+    streamed_hedge.send(()).unwrap();
     assert_eq!(streamed.await.unwrap(), 200);
+    whole_arrival.send(()).unwrap();
+    assert_eq!(whole.await.unwrap(), 200);
     drop(streamed_first);
     assert_eq!(hedges(&gateway, "sent"), 1.0);
+}
+
+#[tokio::test]
+async fn a_stream_still_unanswered_after_its_hedge_is_rescued_when_another_stream_ends() {
+    let (addr, mut arrivals) = start_holding_stub().await;
+    let mut config = loopback_config(vec![replica("a", addr)]);
+    // Hedged only when a request asks for a tighter TTFT: the stream that ends is not.
+    config.short.slo.ttft = std::time::Duration::from_secs(600);
+    config.short.slo.hedge_percent = 10;
+    let gateway = Arc::new(start_gateway(config).await);
+    // Hedged 500 ms on; rescued until 4.5 s on.
+    let tight = ("x-laneway-slo-ttft-ms", "5000");
+    let stuck = send_chat_with(&gateway, true, 10, &[tight]);
+    let first = next_arrival(&mut arrivals).await;
+    let hedge = next_arrival(&mut arrivals).await;
+    assert_eq!(hedges(&gateway, "rescue"), 0.0);
+    // Another stream is answered and ends: the process that served it is free, and the
+    // stuck request is sent once more, there.
+    let other = send_chat(&gateway, true);
+    next_arrival(&mut arrivals).await.send(()).unwrap();
+    assert_eq!(other.await.unwrap(), 200);
+    let rescue = next_arrival(&mut arrivals).await;
+    rescue.send(()).unwrap();
+    assert_eq!(stuck.await.unwrap(), 200);
+    let outcomes = ["sent", "rescue", "won"].map(|outcome| hedges(&gateway, outcome));
+    assert_eq!(outcomes, [2.0, 1.0, 1.0]);
+    drop((first, hedge));
+    assert!(arrivals.try_recv().is_err(), "a fourth send");
 }
 
 /// The next request to reach either of two scripted replicas: which one, and its go-ahead.
