@@ -129,9 +129,9 @@ pub async fn forward(
                 let prompt = prompt.as_ref();
                 let prompt_tokens = ctx.prompt_tokens;
                 let start = || start_hedge(state, &request, prompt, prompt_tokens, deadline);
-                let until =
-                    tokio::time::Instant::now() + request.shape.slo.ttft.saturating_sub(after);
-                let rescue = rescue_when_freed(state, &request, prompt, until, start);
+                let sent_at = tokio::time::Instant::now();
+                let until = sent_at + request.shape.slo.ttft.saturating_sub(after);
+                let rescue = rescue_when_freed(state, &request, prompt, (sent_at, until), start);
                 hedge::send(first, after, start, rescue).await
             }
         };
@@ -278,13 +278,21 @@ async fn rescue_when_freed<S>(
     state: &GatewayState,
     request: &Forwarding<'_>,
     prompt: Option<&PromptPick<'_>>,
-    until: tokio::time::Instant,
+    (sent_at, until): (tokio::time::Instant, tokio::time::Instant),
     start: impl FnOnce() -> Option<S>,
 ) -> Option<S> {
     // Listed only when polled, at the hedge point: a request answered before costs nothing.
     let replicas = request.variant.replicas_for(&state.picker, request.serving);
+    // A freed process is an idle one only where the replica's streams are fewer than its
+    // processes, which its learned TTFT at that concurrency says: in a fleet past its
+    // capacity a rescue would be one more request on a busy process.
+    let in_time = |freed: &Replica| {
+        let left = request.shape.slo.ttft.saturating_sub(sent_at.elapsed());
+        predicted_ttft(freed, &request.shape) <= left.as_secs_f64()
+    };
     let placed_there = |freed: &Replica| {
-        hedge_pick(state, request, prompt).is_some_and(|pick| pick.name == freed.name)
+        in_time(freed)
+            && hedge_pick(state, request, prompt).is_some_and(|pick| pick.name == freed.name)
     };
     // The hedge's own pick, a moment after `placed_there`'s, goes there too.
     rescue::process_freed(replicas, until, placed_there).await?;
@@ -293,6 +301,13 @@ async fn rescue_when_freed<S>(
         state.shared.reliability_metrics.hedges.with_label_values(&["rescue"]).inc();
     }
     started
+}
+
+/// The mean TTFT `replica`'s estimate predicts for one more request of this shape.
+fn predicted_ttft(replica: &Replica, request: &RequestShape) -> f64 {
+    let estimate = &replica.latency;
+    let in_flight = replica.load.in_flight() + 1;
+    estimate.predict(estimate.pending_prefill_tokens(), request.prompt_tokens, in_flight).ttft
 }
 
 /// A place on another replica with room, if the retry budget allows one more retry.
