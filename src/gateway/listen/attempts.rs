@@ -27,6 +27,7 @@ use crate::gateway::context::RequestCtx;
 use crate::gateway::error::GatewayError;
 use crate::gateway::observe::OverheadPhase;
 use crate::gateway::pick::predict::LatencyProbe;
+use crate::gateway::pick::predict::headroom::predicted_for;
 use crate::gateway::pick::{InFlightGuard, Picker, PromptKey, PromptPick, Replica, RequestShape};
 use crate::gateway::state::GatewayState;
 use crate::gateway::state::variants::Variant;
@@ -288,7 +289,7 @@ async fn rescue_when_freed<S>(
     // capacity a rescue would be one more request on a busy process.
     let in_time = |freed: &Replica| {
         let left = request.shape.slo.ttft.saturating_sub(sent_at.elapsed());
-        predicted_ttft(freed, &request.shape) <= left.as_secs_f64()
+        predicted_for(freed, &request.shape).ttft <= left.as_secs_f64()
     };
     let placed_there = |freed: &Replica| {
         in_time(freed)
@@ -301,13 +302,6 @@ async fn rescue_when_freed<S>(
         state.shared.reliability_metrics.hedges.with_label_values(&["rescue"]).inc();
     }
     started
-}
-
-/// The mean TTFT `replica`'s estimate predicts for one more request of this shape.
-fn predicted_ttft(replica: &Replica, request: &RequestShape) -> f64 {
-    let estimate = &replica.latency;
-    let in_flight = replica.load.in_flight() + 1;
-    estimate.predict(estimate.pending_prefill_tokens(), request.prompt_tokens, in_flight).ttft
 }
 
 /// A place on another replica with room, if the retry budget allows one more retry.

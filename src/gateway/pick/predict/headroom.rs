@@ -37,6 +37,7 @@ use crate::gateway::pick::least_queue;
 use crate::gateway::pick::policy::{
     PickContext, Policy, RequestShape, candidate_count, nth_candidate,
 };
+use crate::gateway::pick::predict::Predicted;
 use crate::gateway::pick::replica::Replica;
 
 /// One pick in this many goes to the stalest candidate, whatever the predictions say.
@@ -85,10 +86,7 @@ pub struct Margins {
 
 impl Margins {
     pub fn of(replica: &Replica, request: &RequestShape) -> Self {
-        let in_flight = replica.load.in_flight() + 1;
-        let estimate = &replica.latency;
-        let predicted =
-            estimate.predict(estimate.pending_prefill_tokens(), request.prompt_tokens, in_flight);
+        let predicted = predicted_for(replica, request);
         // The TTFT judged is a spread above the mean: where first tokens are fast or late
         // by which API process takes the connection, the mean alone meets an objective
         // that many requests miss.
@@ -104,6 +102,14 @@ impl Margins {
     pub fn headroom(self) -> f64 {
         self.ttft.min(self.tpot) - self.failures
     }
+}
+
+/// What `replica`'s estimate predicts for one more request of this shape, behind the
+/// prefill it owes and beside the requests it has in flight.
+pub fn predicted_for(replica: &Replica, request: &RequestShape) -> Predicted {
+    let in_flight = replica.load.in_flight() + 1;
+    let estimate = &replica.latency;
+    estimate.predict(estimate.pending_prefill_tokens(), request.prompt_tokens, in_flight)
 }
 
 /// The margin a request would have on `replica`; below zero, a predicted SLO miss.
