@@ -282,6 +282,13 @@ async fn rescue_when_freed<S>(
     (sent_at, until): (tokio::time::Instant, tokio::time::Instant),
     start: impl FnOnce() -> Option<S>,
 ) -> Option<S> {
+    // Not where placement follows the prompt: a rescue there lost first tokens and cache
+    // hits on shared prefixes (TTFT p90 +42 to +123 ms in three runs,
+    // `benches/results/2026-12-03-rescue/prefix-sp/`), as a hedge to an uncached replica
+    // does: its answer comes before its prefill and wins the race.
+    if prompt.is_some() {
+        return None;
+    }
     // Listed only when polled, at the hedge point: a request answered before costs nothing.
     let replicas = request.variant.replicas_for(&state.picker, request.serving);
     // A freed process is an idle one only where the replica's streams are fewer than its
