@@ -90,6 +90,24 @@ start_laneway_fleet() {
     "${PIN_PROXY[@]}" "$binary" serve --config "$config" >"$WORK/$name.out" 2>"$WORK/$name.err" &
     PIDS+=($!)
     register_target "$name" "http://127.0.0.1:$port" "http://127.0.0.1:$admin/health" 30 "$WORK/$name.err"
+    [[ -n "${ROUTING_ESTIMATES_EVERY:-}" ]] && poll_estimates "$name" "$admin"
+}
+
+# poll_estimates NAME ADMIN_PORT: with ROUTING_ESTIMATES_EVERY=SECONDS, what the gateway has
+# learned of each replica (`GET /admin/replicas`), one JSON line per poll into
+# OUT/estimates-NAME.jsonl, for reading how its estimates move over a run.
+poll_estimates() {
+    local name="$1" admin="$2"
+    (
+        local polls=0
+        while ((polls < 10000)); do
+            printf '{"t":%s,"view":%s}\n' "$(date +%s.%N)" \
+                "$(curl -sf "http://127.0.0.1:$admin/admin/replicas" || echo null)"
+            polls=$((polls + 1))
+            sleep "$ROUTING_ESTIMATES_EVERY"
+        done
+    ) >>"$OUT/estimates-$name.jsonl" &
+    PIDS+=($!)
 }
 
 # ROUTING_PEERS: which targets to start, by name (default all of them), for quicker

@@ -86,7 +86,11 @@ pub struct Margins {
 
 impl Margins {
     pub fn of(replica: &Replica, request: &RequestShape) -> Self {
-        let predicted = predicted_for(replica, request);
+        Self::predicted(replica, predicted_for(replica, request), request)
+    }
+
+    /// The margins of a prediction made for `replica`.
+    fn predicted(replica: &Replica, predicted: Predicted, request: &RequestShape) -> Self {
         // The TTFT judged is a spread above the mean: where first tokens are fast or late
         // by which API process takes the connection, the mean alone meets an objective
         // that many requests miss.
@@ -112,6 +116,15 @@ pub fn predicted_for(replica: &Replica, request: &RequestShape) -> Predicted {
     estimate.predict(estimate.pending_prefill_tokens(), request.prompt_tokens, in_flight)
 }
 
+/// Whether a request of this shape is predicted to meet its SLO on `replica` with
+/// `in_flight` requests there, its own included.
+pub fn fits_with(replica: &Replica, request: &RequestShape, in_flight: u64) -> bool {
+    let estimate = &replica.latency;
+    let predicted =
+        estimate.predict(estimate.pending_prefill_tokens(), request.prompt_tokens, in_flight);
+    fits(Margins::predicted(replica, predicted, request).headroom())
+}
+
 /// The margin a request would have on `replica`; below zero, a predicted SLO miss.
 pub fn headroom(replica: &Replica, request: &RequestShape) -> f64 {
     Margins::of(replica, request).headroom()
@@ -125,6 +138,10 @@ pub fn fits(headroom: f64) -> bool {
 impl Policy for PredictedLatency {
     fn name(&self) -> &'static str {
         "predicted_latency"
+    }
+
+    fn predicts_latency(&self) -> bool {
+        true
     }
 
     fn pick(&self, replicas: &[Arc<Replica>], context: &PickContext) -> Option<usize> {
