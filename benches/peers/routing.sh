@@ -90,7 +90,7 @@ start_laneway_fleet() {
     "${PIN_PROXY[@]}" "$binary" serve --config "$config" >"$WORK/$name.out" 2>"$WORK/$name.err" &
     PIDS+=($!)
     register_target "$name" "http://127.0.0.1:$port" "http://127.0.0.1:$admin/health" 30 "$WORK/$name.err"
-    [[ -n "${ROUTING_ESTIMATES_EVERY:-}" ]] && poll_estimates "$name" "$admin"
+    if [[ -n "${ROUTING_ESTIMATES_EVERY:-}" ]]; then poll_estimates "$name" "$admin"; fi
 }
 
 # poll_estimates NAME ADMIN_PORT: with ROUTING_ESTIMATES_EVERY=SECONDS, what the gateway has
