@@ -235,9 +235,7 @@ fn holds_for(
     prompt: Option<&PromptPick<'_>>,
 ) -> Option<std::time::Duration> {
     let placed_by_latency = request.variant.predicts_latency(&state.picker) && prompt.is_none();
-    let slo = request.shape.slo;
-    let after = (request.streams && placed_by_latency).then(|| slo.hedge_after())??;
-    Some(slo.ttft.saturating_sub(after))
+    (request.streams && placed_by_latency).then(|| request.shape.slo.hedge_after())?
 }
 
 /// A send that failed: its replica's passive health counts it (and its load a refused

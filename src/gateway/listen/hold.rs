@@ -53,18 +53,13 @@ pub async fn until_a_process_frees(
     until: Instant,
     limit: u64,
 ) -> (InFlightGuard, Held) {
-    let (first, started) = (placed.replica().clone(), Instant::now());
+    let first = placed.replica().clone();
     // Streams on a replica without this request's own place.
     let others = |replica: &Replica| {
         let own = u64::from(replica.name == first.name);
         replica.load.in_flight().saturating_sub(own)
     };
-    // Fits in the time left of its TTFT objective.
-    let fits_now = |replica: &Replica| {
-        let mut left = *shape;
-        left.slo.ttft = shape.slo.ttft.saturating_sub(started.elapsed());
-        fits_with(replica, &left, others(replica) + 1)
-    };
+    let fits_now = |replica: &Replica| fits_with(replica, shape, others(replica) + 1);
     if fits_now(&first) {
         return (placed, Held::No);
     }
