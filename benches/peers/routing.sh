@@ -94,15 +94,18 @@ start_laneway_fleet() {
 }
 
 # poll_estimates NAME ADMIN_PORT: with ROUTING_ESTIMATES_EVERY=SECONDS, what the gateway has
-# learned of each replica (`GET /admin/replicas`), one JSON line per poll into
-# OUT/estimates-NAME.jsonl, for reading how its estimates move over a run.
+# learned of each replica (`GET /admin/replicas`) and its hedge, rescue and hold counters,
+# one JSON line per poll into OUT/estimates-NAME.jsonl, for reading how its estimates move
+# over a run.
 poll_estimates() {
     local name="$1" admin="$2"
     (
         local polls=0
         while ((polls < 10000)); do
-            printf '{"t":%s,"view":%s}\n' "$(date +%s.%N)" \
-                "$(curl -sf "http://127.0.0.1:$admin/admin/replicas" || echo null)"
+            printf '{"t":%s,"view":%s,"counters":"%s"}\n' "$(date +%s.%N)" \
+                "$(curl -sf "http://127.0.0.1:$admin/admin/replicas" || echo null)" \
+                "$(curl -sf "http://127.0.0.1:$admin/metrics" |
+                    grep -E '^laneway_(hedges|saturation_holds)_total' | tr '\n"' ' \047')"
             polls=$((polls + 1))
             sleep "$ROUTING_ESTIMATES_EVERY"
         done

@@ -61,7 +61,6 @@ fn latency_estimate(replica: &Replica) -> Value {
         "ttft_spread_by_others_in_flight": view.ttft_spreads,
         "decode_intercept": view.decode.0,
         "decode_seconds_per_stream": view.decode.1,
-        "decode_spread": view.decode_spread,
         "pending_prefill_tokens": view.pending_prefill_tokens,
         "placements": view.placements,
         "prefill_samples": view.samples.0,

@@ -15,9 +15,6 @@ pub struct ReliabilityMetrics {
     pub retries: IntCounterVec,
     /// Hedges sent, won (answered first) and refused by the budget.
     pub hedges: IntCounterVec,
-    /// Streamed requests held at the gateway while no replica was predicted to meet their
-    /// SLO, by how the hold ended (`listen::hold`).
-    pub saturation_holds: IntCounterVec,
     pub admission_queue_length: IntGauge,
     pub admission_in_flight: IntGauge,
     /// 429s by reason (`queue_full`, `queue_timeout`).
@@ -77,11 +74,6 @@ impl ReliabilityMetrics {
             hedges: counter(
                 "laneway_hedges_total",
                 "Second sends of streamed requests their replica had not answered in time: sent, won (answered first), denied (by the retry budget); rescue: those of them sent when an API process freed (an answered response ended) while the request was still unanswered",
-                &["outcome"],
-            ),
-            saturation_holds: counter(
-                "laneway_saturation_holds_total",
-                "Streamed requests held at the gateway while no replica was predicted to meet their SLO and one would with a stream fewer: freed (sent where a process freed), timed_out (sent where first placed, at the hedge delay)",
                 &["outcome"],
             ),
             admission_queue_length: gauge(

@@ -18,8 +18,8 @@ use http::request::Parts;
 use http::{Response, StatusCode};
 
 use super::hedge::{self, Hedged};
+use super::rescue;
 use super::respond::{Placed, respond};
-use super::{hold, rescue};
 use crate::gateway::admission::{AdmissionPermit, HeldBody, Placement};
 use crate::gateway::body::{ProxyBody, boxed};
 use crate::gateway::config::reliability::NO_REPLICA_LIMIT;
@@ -96,19 +96,6 @@ pub async fn forward(
         prompt: prompt.as_ref(),
     };
     let (mut guard, permit) = admission.admit_as(&placement, ctx.prompt_tokens, &ctx.flow).await?;
-    let started = tokio::time::Instant::now();
-    if let Some(after) = holds_for(state, &request, prompt.as_ref()) {
-        let replicas = request.variant.replicas_for(&state.picker, request.serving);
-        let limit = admission.limits().max_in_flight_per_replica;
-        let until = started + after;
-        let shape = &request.shape;
-        let (placed, held) =
-            hold::until_a_process_frees(guard, replicas, shape, until, limit).await;
-        if let Some(outcome) = held.label() {
-            state.shared.reliability_metrics.saturation_holds.with_label_values(&[outcome]).inc();
-        }
-        guard = placed;
-    }
     let mut replica = guard.replica().clone();
     let mut prefix_feedback = key.as_ref().map(|key| prefix.place(&replica, key));
     let mut placement = LatencyProbe::begin(replica.clone(), ctx.prompt_tokens, Instant::now());
@@ -143,8 +130,9 @@ pub async fn forward(
                 let prompt = prompt.as_ref();
                 let prompt_tokens = ctx.prompt_tokens;
                 let start = || start_hedge(state, &request, prompt, prompt_tokens, deadline);
-                let until = started + request.shape.slo.ttft.saturating_sub(after);
-                let rescue = rescue_when_freed(state, &request, prompt, (started, until), start);
+                let sent_at = tokio::time::Instant::now();
+                let until = sent_at + request.shape.slo.ttft.saturating_sub(after);
+                let rescue = rescue_when_freed(state, &request, prompt, (sent_at, until), start);
                 hedge::send(first, after, start, rescue).await
             }
         };
@@ -225,19 +213,6 @@ fn hedge_after(request: &Forwarding<'_>, attempt: u32) -> Option<std::time::Dura
     (request.streams && attempt == 1).then(|| request.shape.slo.hedge_after())?
 }
 
-/// How long a streamed request may wait at the gateway for a process to free while no
-/// replica is predicted to meet its SLO ([`hold`]): up to its hedge delay, under a policy
-/// that predicts latency and does not place by prompt (where the prompt is cached matters
-/// more there than an idle process: see [`rescue_when_freed`]).
-fn holds_for(
-    state: &GatewayState,
-    request: &Forwarding<'_>,
-    prompt: Option<&PromptPick<'_>>,
-) -> Option<std::time::Duration> {
-    let placed_by_latency = request.variant.predicts_latency(&state.picker) && prompt.is_none();
-    (request.streams && placed_by_latency).then(|| request.shape.slo.hedge_after())?
-}
-
 /// A send that failed: its replica's passive health counts it (and its load a refused
 /// connection), whether or not the request was answered by another send.
 fn record_send_failure(state: &GatewayState, replica: &Replica, error: &GatewayError) {
@@ -296,7 +271,7 @@ fn hedge_pick(
 }
 
 /// A rescue ([`super::rescue`]): from the hedge point until a send could no longer meet
-/// the TTFT objective (`ttft - after` after the request was placed, a hold included), one more send when a process
+/// the TTFT objective (`ttft - after` after the first send), one more send when a process
 /// frees on a replica the request may go to and the policy would place it there now (a
 /// process freed on a replica the policy avoids, one past its TPOT objective say, is left
 /// to other requests).
@@ -304,7 +279,7 @@ async fn rescue_when_freed<S>(
     state: &GatewayState,
     request: &Forwarding<'_>,
     prompt: Option<&PromptPick<'_>>,
-    (placed_at, until): (tokio::time::Instant, tokio::time::Instant),
+    (sent_at, until): (tokio::time::Instant, tokio::time::Instant),
     start: impl FnOnce() -> Option<S>,
 ) -> Option<S> {
     // Not where placement follows the prompt: a rescue there lost first tokens and cache
@@ -320,7 +295,7 @@ async fn rescue_when_freed<S>(
     // processes, which its learned TTFT at that concurrency says: in a fleet past its
     // capacity a rescue would be one more request on a busy process.
     let in_time = |freed: &Replica| {
-        let left = request.shape.slo.ttft.saturating_sub(placed_at.elapsed());
+        let left = request.shape.slo.ttft.saturating_sub(sent_at.elapsed());
         predicted_for(freed, &request.shape).ttft <= left.as_secs_f64()
     };
     let placed_there = |freed: &Replica| {

@@ -10,7 +10,6 @@ pub mod connection;
 pub mod dispatch;
 mod h1;
 mod hedge;
-mod hold;
 mod models;
 pub mod request_id;
 mod rescue;

@@ -16,7 +16,7 @@ pub mod served_models;
 pub mod serving;
 pub mod set;
 #[cfg(test)]
-pub(crate) mod test_fleet;
+mod test_fleet;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -42,13 +42,6 @@ pub trait Policy: Send + Sync {
         false
     }
 
-    /// Whether the policy places by predicted latency against the request's SLO: a
-    /// streamed request no replica is predicted to meet it on then waits at the gateway
-    /// for a process to free (`listen::hold`).
-    fn predicts_latency(&self) -> bool {
-        false
-    }
-
     /// Picks for a request whose prompt is known; a policy blind to prompts picks as usual.
     fn pick_prompt(
         &self,

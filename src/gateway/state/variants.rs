@@ -94,11 +94,6 @@ impl Variant {
         self.policy.as_deref().unwrap_or(picker.policy()).reads_prompts()
     }
 
-    /// Whether this variant's policy places by predicted latency.
-    pub fn predicts_latency(&self, picker: &Picker) -> bool {
-        self.policy.as_deref().unwrap_or(picker.policy()).predicts_latency()
-    }
-
     /// The policy's name as configured (`None`: the global one).
     pub fn policy_name(&self) -> Option<&'static str> {
         self.policy.as_ref().map(|policy| policy.name())

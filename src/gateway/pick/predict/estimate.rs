@@ -38,8 +38,6 @@ pub struct Predicted {
     /// How widely TTFTs at this count spread around that mean (a standard deviation).
     pub ttft_spread: f64,
     pub tpot: f64,
-    /// How widely TPOTs spread around the decode line (a standard deviation).
-    pub tpot_spread: f64,
 }
 
 /// One replica's learned latency model and the prompt tokens it still owes a first token.
@@ -56,7 +54,6 @@ pub struct LatencyEstimate {
     /// slope per prompt token, its intercept and its spread per count of other requests in
     /// flight.
     decode_published: [AtomicU64; 2],
-    decode_spread_published: AtomicU64,
     ttft_slope_published: AtomicU64,
     ttft_intercepts_published: [AtomicU64; COUNTS],
     ttft_spreads_published: [AtomicU64; COUNTS],
@@ -94,7 +91,6 @@ impl Default for LatencyEstimate {
             placements: AtomicU64::new(0),
             last_placed: AtomicU64::new(0),
             decode_published: publish(&models.decode),
-            decode_spread_published: AtomicU64::new(models.decode.spread().to_bits()),
             ttft_slope_published: AtomicU64::new(models.prefill.slope().to_bits()),
             ttft_intercepts_published: models
                 .prefill
@@ -140,8 +136,6 @@ pub struct EstimateView {
     /// How widely TTFTs spread around those, by the same index (standard deviations).
     pub ttft_spreads: Vec<f64>,
     pub decode: (f64, f64),
-    /// How widely TPOTs spread around the decode line (a standard deviation).
-    pub decode_spread: f64,
     pub pending_prefill_tokens: u64,
     pub placements: u64,
     /// Samples each model has had: `(prefill, decode)`.
@@ -176,7 +170,6 @@ impl LatencyEstimate {
                 + slope * (queued_ahead + prompt_tokens) as f64,
             ttft_spread: read_at(&self.ttft_spreads_published),
             tpot: c + d * in_flight as f64,
-            tpot_spread: f64::from_bits(self.decode_spread_published.load(Ordering::Relaxed)),
         }
     }
 
@@ -197,7 +190,6 @@ impl LatencyEstimate {
         let mut models = self.models.lock();
         models.decode.observe(in_flight, tpot.as_secs_f64());
         publish(&self.decode_published, &models.decode);
-        self.decode_spread_published.store(models.decode.spread().to_bits(), Ordering::Relaxed);
     }
 
     /// Samples each model has had: `(prefill, decode)`.
@@ -215,7 +207,6 @@ impl LatencyEstimate {
             ttft_intercepts: load_each(&self.ttft_intercepts_published),
             ttft_spreads: load_each(&self.ttft_spreads_published),
             decode: read(&self.decode_published),
-            decode_spread: f64::from_bits(self.decode_spread_published.load(Ordering::Relaxed)),
             pending_prefill_tokens: self.pending_prefill_tokens(),
             placements: self.placements(),
             samples: self.samples(),

@@ -34,8 +34,8 @@ pub struct DecayedLine {
     /// a narrow, noisy range often show none, and a replica whose latency seems not to grow
     /// with its load would be sent every request.
     min_slope: f64,
-    /// Decayed sums of the samples: weight, x, y, x*x, x*y, y*y.
-    sums: [f64; 6],
+    /// Decayed sums of the samples: weight, x, y, x*x, x*y.
+    sums: [f64; 5],
     samples: u64,
 }
 
@@ -53,7 +53,7 @@ impl DecayedLine {
             prior_slope: slope,
             prior_spread: 2.0 * prior_weight * half_span * half_span,
             min_slope: slope * MIN_SLOPE_SHARE,
-            sums: [0.0; 6],
+            sums: [0.0; 5],
             samples: 0,
         }
     }
@@ -80,7 +80,6 @@ impl DecayedLine {
         self.sums[2] += y;
         self.sums[3] += x * x;
         self.sums[4] += x * y;
-        self.sums[5] += y * y;
         self.samples += 1;
     }
 
@@ -93,7 +92,7 @@ impl DecayedLine {
     /// least-squares slope with the prior counted as one more group of samples of its own
     /// level; the line passes through the samples' weighted mean.
     pub fn coefficients(&self) -> (f64, f64) {
-        let [n, sx, sy, sxx, sxy, _] = self.sums;
+        let [n, sx, sy, sxx, sxy] = self.sums;
         if n <= f64::EPSILON {
             return (self.prior_intercept, self.prior_slope.max(self.min_slope));
         }
@@ -114,20 +113,6 @@ impl DecayedLine {
         let (intercept, slope) = self.coefficients();
         intercept + slope * x
     }
-
-    /// How widely the samples lie around the line: the decayed standard deviation of their
-    /// residuals (zero before two samples).
-    pub fn spread(&self) -> f64 {
-        let [n, sx, sy, sxx, sxy, syy] = self.sums;
-        if self.samples < 2 || n <= f64::EPSILON {
-            return 0.0;
-        }
-        let (a, b) = self.coefficients();
-        // The sum of (y - a - b x)^2, expanded over the sums.
-        let squares =
-            syy - 2.0 * a * sy - 2.0 * b * sxy + a * a * n + 2.0 * a * b * sx + b * b * sxx;
-        (squares.max(0.0) / n).sqrt()
-    }
 }
 
 #[cfg(test)]
@@ -146,24 +131,6 @@ mod tests {
         let (intercept, slope) = line.coefficients();
         assert!(close(intercept, 0.05, 1e-9) && close(slope, 1e-5, 1e-9));
         assert!(close(line.predict(5_000.0), 0.1, 1e-9));
-    }
-
-    #[test]
-    fn the_spread_is_the_residuals_standard_deviation() {
-        let mut line = DecayedLine::new(0.015, 5e-4, (1.0, 32.0), 0.05).with_decay(1.0);
-        assert_eq!(line.spread(), 0.0);
-        // On the line 20 ms + 1 ms per stream, alternately 2 ms above and below it.
-        for (i, x) in [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0].into_iter().enumerate() {
-            let off = if i % 2 == 0 { 0.002 } else { -0.002 };
-            line.observe(x, 0.020 + 0.001 * x + off);
-        }
-        assert!(close(line.spread(), 0.002, 0.1), "{}", line.spread());
-        // Samples on a line of the prior's slope lie on the fitted line.
-        let mut exact = DecayedLine::new(0.015, 1e-3, (1.0, 32.0), 0.05);
-        for x in [1.0, 4.0, 9.0] {
-            exact.observe(x, 0.020 + 0.001 * x);
-        }
-        assert!(exact.spread() < 1e-4, "{}", exact.spread());
     }
 
     #[test]

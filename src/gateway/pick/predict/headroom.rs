@@ -7,16 +7,9 @@
 //! ttft     = ttft_base[others] + prefill_slope * (pending_prefill_tokens + prompt_tokens)
 //!          + ttft_spread[others]       (one spread above the mean; never falls as others grow)
 //! tpot     = decode_intercept  + decode_slope  * (others + 1)
-//!          + decode_spread             (one spread above the line)
-//! headroom = min(FIT_SHARE - ttft / slo.ttft, 1 - tpot / slo.tpot) - failures
-//! fits     = headroom >= 0    (TTFT within 90% of its objective, TPOT within its own)
+//! headroom = min(1 - ttft / slo.ttft, 1 - tpot / slo.tpot) - failures
+//! fits     = headroom >= 1 - FIT_SHARE      (both predictions within 90% of the SLO)
 //! ```
-//! A first token is bimodal on a busy replica (fast on an idle API process, late on one
-//! that streams), so its objective keeps a reserve beyond the spread; a TPOT is a mean over
-//! a whole stream and steady on a replica, so the spread measured around the decode line is
-//! its whole reserve: a slowed replica decoding at 97% of the objective with a spread of 2%
-//! meets it on every stream, and a fixed 10% reserve left it idle while every other
-//! replica's processes were busy (`benches/results/2026-12-03-saturation-hold/`).
 //! Every candidate is judged. Among those that fit, the lowest `least_queue` score wins (the
 //! gateway's own in-flight counts, updated at each pick, so a scan does not herd the way
 //! lagged latency estimates alone would); if none fits, the widest headroom among those
@@ -50,9 +43,8 @@ use crate::gateway::pick::replica::Replica;
 /// One pick in this many goes to the stalest candidate, whatever the predictions say.
 pub const EXPLORE_EVERY: u64 = 32;
 
-/// Share of the TTFT objective a prediction (mean plus spread) must stay within to count as
-/// meeting it: first tokens are bimodal on a busy replica, and the spread alone
-/// understates the late mode.
+/// Share of each objective a prediction must stay within to count as meeting it: a
+/// prediction is a mean, and a mean right at the objective misses it half the time.
 pub const FIT_SHARE: f64 = 0.9;
 
 /// The policy: its generator and its count of picks.
@@ -82,8 +74,8 @@ impl PredictedLatency {
     }
 }
 
-/// The margins a request would have on `replica`, as shares of each objective (TTFT's less
-/// its reserve, `1 - FIT_SHARE`); below zero, a predicted miss.
+/// The margins a request would have on `replica`, as shares of each objective; below
+/// zero, a predicted miss.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Margins {
     pub ttft: f64,
@@ -94,19 +86,14 @@ pub struct Margins {
 
 impl Margins {
     pub fn of(replica: &Replica, request: &RequestShape) -> Self {
-        Self::predicted(replica, predicted_for(replica, request), request)
-    }
-
-    /// The margins of a prediction made for `replica`.
-    fn predicted(replica: &Replica, predicted: Predicted, request: &RequestShape) -> Self {
+        let predicted = predicted_for(replica, request);
         // The TTFT judged is a spread above the mean: where first tokens are fast or late
         // by which API process takes the connection, the mean alone meets an objective
         // that many requests miss.
         let ttft = predicted.ttft + predicted.ttft_spread;
-        let tpot = predicted.tpot + predicted.tpot_spread;
         Self {
-            ttft: FIT_SHARE - ttft / request.slo.ttft.as_secs_f64().max(1e-6),
-            tpot: 1.0 - tpot / request.slo.tpot.as_secs_f64().max(1e-6),
+            ttft: 1.0 - ttft / request.slo.ttft.as_secs_f64().max(1e-6),
+            tpot: 1.0 - predicted.tpot / request.slo.tpot.as_secs_f64().max(1e-6),
             failures: replica.load.failures() as f64,
         }
     }
@@ -125,32 +112,19 @@ pub fn predicted_for(replica: &Replica, request: &RequestShape) -> Predicted {
     estimate.predict(estimate.pending_prefill_tokens(), request.prompt_tokens, in_flight)
 }
 
-/// Whether a request of this shape is predicted to meet its SLO on `replica` with
-/// `in_flight` requests there, its own included.
-pub fn fits_with(replica: &Replica, request: &RequestShape, in_flight: u64) -> bool {
-    let estimate = &replica.latency;
-    let predicted =
-        estimate.predict(estimate.pending_prefill_tokens(), request.prompt_tokens, in_flight);
-    fits(Margins::predicted(replica, predicted, request).headroom())
-}
-
 /// The margin a request would have on `replica`; below zero, a predicted SLO miss.
 pub fn headroom(replica: &Replica, request: &RequestShape) -> f64 {
     Margins::of(replica, request).headroom()
 }
 
-/// Whether a headroom means both predictions meet the SLO (TTFT within `FIT_SHARE` of it).
+/// Whether a headroom means both predictions are within `FIT_SHARE` of the SLO.
 pub fn fits(headroom: f64) -> bool {
-    headroom >= 0.0
+    headroom >= 1.0 - FIT_SHARE
 }
 
 impl Policy for PredictedLatency {
     fn name(&self) -> &'static str {
         "predicted_latency"
-    }
-
-    fn predicts_latency(&self) -> bool {
-        true
     }
 
     fn pick(&self, replicas: &[Arc<Replica>], context: &PickContext) -> Option<usize> {

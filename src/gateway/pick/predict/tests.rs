@@ -181,11 +181,8 @@ fn with_slo(prompt_tokens: u64, ttft_ms: u64, tpot_ms: u64) -> RequestShape {
 #[test]
 fn a_replica_predicted_to_miss_the_slo_loses_to_one_predicted_to_meet_it_however_loaded() {
     let set = replicas(2);
-    // r0 decodes at 47 ms a token give or take 4 (43 and 51 in turn), r1 at 15 ms; both
-    // reach a first token in 100 ms.
-    for turn in 0..30 {
-        train(&set[0], 1, 0, 1000, 0.1, if turn % 2 == 0 { 0.043 } else { 0.051 });
-    }
+    // r0 decodes at 47 ms a token, r1 at 15 ms; both reach a first token in 100 ms.
+    train(&set[0], 30, 0, 1000, 0.1, 0.047);
     train(&set[1], 30, 0, 1000, 0.1, 0.015);
     set[1].load.in_flight.store(6, Ordering::Relaxed);
     let policy = PredictedLatency::new(1).with_explore_every(0);
@@ -196,25 +193,12 @@ fn a_replica_predicted_to_miss_the_slo_loses_to_one_predicted_to_meet_it_however
         }
         counts
     };
-    // TPOT objective 50 ms: r0's 47 ms is within it, its 47 + 4 is not.
+    // TPOT objective 50 ms: r0's 47 ms is within it but not within 90% of it.
     assert_eq!(picks(with_slo(1000, 1000, 50)), [0, 100]);
     // An objective both meet: the emptier replica takes every request.
     assert_eq!(picks(with_slo(1000, 1000, 200)), [100, 0]);
     // An objective neither meets: the smaller predicted miss wins.
     assert_eq!(picks(with_slo(1000, 1000, 10)), [0, 100]);
-}
-
-#[test]
-fn a_replica_decoding_steadily_just_within_the_objective_takes_requests_by_load() {
-    let set = replicas(2);
-    // r0 decodes at 47 ms a token on every stream, r1 at 15 ms: both meet a 50 ms objective.
-    train(&set[0], 30, 0, 1000, 0.1, 0.047);
-    train(&set[1], 30, 0, 1000, 0.1, 0.015);
-    set[1].load.in_flight.store(6, Ordering::Relaxed);
-    let policy = PredictedLatency::new(1).with_explore_every(0);
-    let request = with_slo(1000, 1000, 50);
-    let to_r0 = (0..100).filter(|_| policy.pick_for(&set, &context(), &request) == Some(0));
-    assert_eq!(to_r0.count(), 100, "the emptier replica, steady within the objective");
 }
 
 #[test]
@@ -228,9 +212,9 @@ fn ttft_is_learned_by_requests_in_flight_and_overflow_goes_to_the_slow_replica()
             train(replica, 6, others, 1000, ttft, 0.015);
         }
     }
-    // r0 decodes at 47 ms a token at every count (within a 50 ms objective) and its first
-    // token holds at 150 ms. The counts take turns, so that the decode line's recent
-    // samples span them all and show it flat.
+    // r0 decodes at 47 ms a token at every count (within a 50 ms objective, not within 90%
+    // of it) and its first token holds at 150 ms. The counts take turns, so that the
+    // decode line's recent samples span them all and show it flat.
     for _ in 0..6 {
         for others in 0..8 {
             train(&set[0], 1, others, 1000, 0.15, 0.047);
@@ -247,9 +231,10 @@ fn ttft_is_learned_by_requests_in_flight_and_overflow_goes_to_the_slow_replica()
         }
         policy.pick_for(&set, &context(), &request).unwrap()
     };
-    // Among the replicas predicted to meet the SLO, the least loaded takes the request.
-    assert_eq!(pick([4, 3, 2]), 2);
-    assert_eq!(pick([4, 2, 3]), 1);
+    // A healthy replica with room takes the request, the less loaded first, though r0 is
+    // emptier: it is predicted to miss.
+    assert_eq!(pick([0, 3, 2]), 2);
+    assert_eq!(pick([0, 2, 3]), 1);
     // Every healthy replica is past its knee: the slow one, still within the SLO, takes it.
     assert_eq!(pick([2, 5, 4]), 0);
 }
