@@ -62,6 +62,7 @@ fn latency_estimate(replica: &Replica) -> Value {
         "decode_intercept": view.decode.0,
         "decode_seconds_per_stream": view.decode.1,
         "pending_prefill_tokens": view.pending_prefill_tokens,
+        "engine_prefill_tokens": view.engine_prefill_tokens,
         "placements": view.placements,
         "prefill_samples": view.samples.0,
         "decode_samples": view.samples.1,

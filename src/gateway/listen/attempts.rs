@@ -26,8 +26,8 @@ use crate::gateway::config::reliability::NO_REPLICA_LIMIT;
 use crate::gateway::context::RequestCtx;
 use crate::gateway::error::GatewayError;
 use crate::gateway::observe::OverheadPhase;
-use crate::gateway::pick::predict::LatencyProbe;
 use crate::gateway::pick::predict::headroom::predicted_for;
+use crate::gateway::pick::predict::{EngineEntry, LatencyProbe};
 use crate::gateway::pick::{InFlightGuard, Picker, PromptKey, PromptPick, Replica, RequestShape};
 use crate::gateway::state::GatewayState;
 use crate::gateway::state::variants::Variant;
@@ -98,7 +98,12 @@ pub async fn forward(
     let (mut guard, permit) = admission.admit_as(&placement, ctx.prompt_tokens, &ctx.flow).await?;
     let mut replica = guard.replica().clone();
     let mut prefix_feedback = key.as_ref().map(|key| prefix.place(&replica, key));
-    let mut placement = LatencyProbe::begin(replica.clone(), ctx.prompt_tokens, Instant::now());
+    // A streamed request's prompt reaches the engine when the replica answers.
+    let entry = if request.streams { EngineEntry::AtAnswer } else { EngineEntry::AtPlacement };
+    let probe = |replica: &Arc<Replica>| {
+        LatencyProbe::begin(replica.clone(), ctx.prompt_tokens, Instant::now(), entry)
+    };
+    let mut placement = probe(&replica);
     state.shared.retry_budget.deposit();
     let reliability = &state.config.reliability;
     let connector = &request.variant.connector;
@@ -189,7 +194,7 @@ pub async fn forward(
                 }
                 replica = next.replica().clone();
                 prefix_feedback = key.as_ref().map(|key| prefix.place(&replica, key));
-                placement = LatencyProbe::begin(replica.clone(), ctx.prompt_tokens, Instant::now());
+                placement = probe(&replica);
                 guard = next;
                 attempt += 1;
             }
@@ -252,7 +257,9 @@ fn start_hedge<'a>(
         return None;
     }
     hedges.with_label_values(&["sent"]).inc();
-    let probe = LatencyProbe::begin(next.clone(), prompt_tokens, Instant::now());
+    // Only streamed requests hedge.
+    let probe =
+        LatencyProbe::begin(next.clone(), prompt_tokens, Instant::now(), EngineEntry::AtAnswer);
     let connector = &request.variant.connector;
     let sending = Sending::Buffered(request.parts, request.body.clone());
     let send = async move { connector.send_by(&next, sending, deadline).await };

@@ -110,7 +110,8 @@ pub fn respond(
     if let Some(prefix) = placed.prefix {
         recorder.set_prefix(prefix);
     }
-    if let Some(latency) = placed.latency {
+    if let Some(mut latency) = placed.latency {
+        latency.answered();
         recorder.set_placement(latency);
     }
     let health = state.health.clone();

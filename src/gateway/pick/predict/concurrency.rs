@@ -8,9 +8,11 @@
 //! puts that concurrency in its intercept, so a replica looks slow at every load after a busy
 //! spell, and in its slope whenever long prompts meet more concurrency than short ones.
 //!
-//! So the slope is fitted within each in-flight count (least squares with one intercept per
-//! count: only how TTFT varies with tokens at a given count informs it), and each count's
-//! intercept is its own samples' mean net of that slope. Samples decay by a constant factor
+//! So the slope is the engine's, read off the fastest recent first tokens of each prompt
+//! size ([`PrefillEnvelope`]); until two sizes have been seen, it is fitted within each
+//! in-flight count (least squares with one intercept per count: only how TTFT varies with
+//! tokens at a given count informs it). Each count's intercept is its own samples' mean net
+//! of that slope. Samples decay by a constant factor
 //! per sample on the replica; a count's intercept is shrunk toward the count below it while
 //! its own samples are few or old, and read as never falling as the count grows. A count
 //! the replica has not been seen at is predicted as the highest below it: optimistic, so the
@@ -20,6 +22,8 @@
 //! deviation, net of the slope). A first token on such a replica is often bimodal: fast on
 //! an idle API process, late on one that streams; a mean between the two can sit under an
 //! objective that a third of the requests miss, and the spread is what shows it.
+
+use super::envelope::PrefillEnvelope;
 
 /// In-flight counts told apart; the last stands for `COUNTS - 1` or more.
 pub const COUNTS: usize = 32;
@@ -40,6 +44,8 @@ pub struct TtftByConcurrency {
     prior_slope: f64,
     /// The prior's pull on the slope: weight x spread of its span (see `slope`).
     prior_spread: f64,
+    /// The fastest recent first tokens by size, whose line is the engine's prefill speed.
+    envelope: PrefillEnvelope,
     samples: u64,
 }
 
@@ -59,6 +65,7 @@ impl TtftByConcurrency {
             prior_intercept: intercept,
             prior_slope: slope,
             prior_spread: 2.0 * prior_weight * half_span * half_span,
+            envelope: PrefillEnvelope::default(),
             samples: 0,
         }
     }
@@ -85,13 +92,27 @@ impl TtftByConcurrency {
         self.samples += 1;
     }
 
+    /// A request of `tokens` prompt tokens that found no other prompt ahead of it in the
+    /// engine had its first token after `ttft` seconds (also given to [`Self::observe`]):
+    /// a point for the engine's own prefill speed.
+    pub fn observe_alone(&mut self, tokens: f64, ttft: f64) {
+        self.envelope.observe(tokens, ttft);
+    }
+
     pub fn samples(&self) -> u64 {
         self.samples
     }
 
-    /// Seconds per prompt token: the within-count least-squares slope, the prior counted as
-    /// one more group, never below a quarter of the prior's.
+    /// Seconds per prompt token: the envelope's slope once it has one, else the within-count
+    /// least-squares slope with the prior counted as one more group; never below a quarter
+    /// of the prior's.
     pub fn slope(&self) -> f64 {
+        let slope = self.envelope.slope().unwrap_or_else(|| self.fitted_slope());
+        slope.max(self.prior_slope * MIN_SLOPE_SHARE)
+    }
+
+    /// The within-count least-squares slope, the prior counted as one more group.
+    fn fitted_slope(&self) -> f64 {
         let (mut spread, mut covariance) =
             (self.prior_spread, self.prior_slope * self.prior_spread);
         for [weight, x, y, xx, xy, _] in self.sums {
@@ -100,8 +121,7 @@ impl TtftByConcurrency {
                 covariance += xy - x * y / weight;
             }
         }
-        let fitted = if spread > f64::EPSILON { covariance / spread } else { self.prior_slope };
-        fitted.max(self.prior_slope * MIN_SLOPE_SHARE)
+        if spread > f64::EPSILON { covariance / spread } else { self.prior_slope }
     }
 
     /// TTFT at zero prompt tokens for each count of other requests in flight.

@@ -1,8 +1,8 @@
 //! One replica's latency, learned online from the streams this gateway relays to it:
-//! - prefill: TTFT against the prompt tokens it has to get through first (those still
-//!   waiting for their first token when the request was placed, plus its own), so that
-//!   queueing behind other prompts is part of the model rather than noise in it, with one
-//!   intercept per count of other requests in flight ([`TtftByConcurrency`]);
+//! - prefill: TTFT against the prompt tokens it has to get through first (those queued in
+//!   the replica's engine without a first token when the request reached it, plus its
+//!   own), so that queueing behind other prompts is part of the model rather than noise in
+//!   it, with one intercept per count of other requests in flight ([`TtftByConcurrency`]);
 //! - decode: TPOT against the requests in flight on the replica while the stream decoded
 //!   (the mean of the counts at its first token and at its end).
 //!
@@ -45,6 +45,14 @@ pub struct Predicted {
 pub struct LatencyEstimate {
     /// Prompt tokens of requests placed on the replica that have not had their first token.
     pending_prefill_tokens: AtomicU64,
+    /// The part of those the replica's engine holds: prompts of streamed requests it has
+    /// answered (an API process preprocessed them and handed them on), and of requests not
+    /// streamed from their placement (their answer comes with the whole completion). A
+    /// prompt still queued in a busy API process is not ahead of anybody's prefill: on a
+    /// replica whose prefill is slow, counting it taught the TTFT line half its slope (fast
+    /// first tokens "behind" 9,000 such tokens) and 9,000-token prompts were sent where
+    /// they missed their objective.
+    engine_prefill_tokens: AtomicU64,
     /// Requests ever placed on the replica.
     placements: AtomicU64,
     /// When the last was placed ([`clock::now_micros`] scale, zero for never): exploration goes
@@ -88,6 +96,7 @@ impl Default for LatencyEstimate {
         };
         Self {
             pending_prefill_tokens: AtomicU64::new(0),
+            engine_prefill_tokens: AtomicU64::new(0),
             placements: AtomicU64::new(0),
             last_placed: AtomicU64::new(0),
             decode_published: publish(&models.decode),
@@ -137,6 +146,7 @@ pub struct EstimateView {
     pub ttft_spreads: Vec<f64>,
     pub decode: (f64, f64),
     pub pending_prefill_tokens: u64,
+    pub engine_prefill_tokens: u64,
     pub placements: u64,
     /// Samples each model has had: `(prefill, decode)`.
     pub samples: (u64, u64),
@@ -145,6 +155,10 @@ pub struct EstimateView {
 impl LatencyEstimate {
     pub fn pending_prefill_tokens(&self) -> u64 {
         self.pending_prefill_tokens.load(Ordering::Relaxed)
+    }
+
+    pub fn engine_prefill_tokens(&self) -> u64 {
+        self.engine_prefill_tokens.load(Ordering::Relaxed)
     }
 
     pub fn placements(&self) -> u64 {
@@ -173,11 +187,16 @@ impl LatencyEstimate {
         }
     }
 
-    /// A request's first token came `ttft` after it was placed behind `tokens` prompt
-    /// tokens (its own included) with `others` other requests in flight on the replica.
-    pub fn observe_prefill(&self, tokens: u64, others: u64, ttft: Duration) {
+    /// A request's first token came `ttft` after it was placed, its `own` prompt tokens
+    /// behind `ahead` others in the engine, with `others` other requests in flight on the
+    /// replica.
+    pub fn observe_prefill(&self, (ahead, own): (u64, u64), others: u64, ttft: Duration) {
         let mut models = self.models.lock();
-        models.prefill.observe(others, tokens as f64, ttft.as_secs_f64());
+        let seconds = ttft.as_secs_f64();
+        models.prefill.observe(others, (ahead + own) as f64, seconds);
+        if ahead == 0 {
+            models.prefill.observe_alone(own as f64, seconds);
+        }
         let slope = models.prefill.slope();
         self.ttft_slope_published.store(slope.to_bits(), Ordering::Relaxed);
         let intercepts = models.prefill.intercepts_at(slope);
@@ -208,20 +227,33 @@ impl LatencyEstimate {
             ttft_spreads: load_each(&self.ttft_spreads_published),
             decode: read(&self.decode_published),
             pending_prefill_tokens: self.pending_prefill_tokens(),
+            engine_prefill_tokens: self.engine_prefill_tokens(),
             placements: self.placements(),
             samples: self.samples(),
         }
     }
 }
 
+/// When a request's prompt joins its replica's engine queue (see
+/// [`LatencyEstimate::engine_prefill_tokens`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineEntry {
+    /// When the replica answers: a streamed request, answered once preprocessed.
+    AtAnswer,
+    /// At placement: a request whose answer comes with its whole completion.
+    AtPlacement,
+}
+
 /// One request measured on its replica, from the pick to the end of its stream: owes its
-/// prompt tokens to the replica's pending prefill until its first token, then feeds what
-/// it measured back into the replica's estimate.
+/// prompt tokens to the replica's pending prefill until its first token (and to its
+/// engine's from the time the engine has it), then feeds what it measured back into the
+/// replica's estimate.
 #[derive(Debug)]
 pub struct LatencyProbe {
     replica: Arc<Replica>,
     prompt_tokens: u64,
-    queued_ahead: u64,
+    /// The engine's prompt tokens ahead of this one when it joined them (`None`: not yet).
+    queued_ahead: Option<u64>,
     /// Other requests in flight on the replica when this one was placed.
     others: u64,
     predicted_ttft: f64,
@@ -233,40 +265,61 @@ pub struct LatencyProbe {
 
 impl LatencyProbe {
     /// Places a request of `prompt_tokens` on `replica` at `now`.
-    pub fn begin(replica: Arc<Replica>, prompt_tokens: u64, now: Instant) -> Self {
+    pub fn begin(
+        replica: Arc<Replica>,
+        prompt_tokens: u64,
+        now: Instant,
+        entry: EngineEntry,
+    ) -> Self {
         let estimate = &replica.latency;
         estimate.placements.fetch_add(1, Ordering::Relaxed);
         estimate.last_placed.store(clock::micros_at(now), Ordering::Relaxed);
-        let queued_ahead =
-            estimate.pending_prefill_tokens.fetch_add(prompt_tokens, Ordering::Relaxed);
+        estimate.pending_prefill_tokens.fetch_add(prompt_tokens, Ordering::Relaxed);
         // The request's own in-flight guard is already held.
         let in_flight = replica.load.in_flight().max(1);
-        let predicted_ttft = estimate.predict(queued_ahead, prompt_tokens, in_flight).ttft;
-        Self {
+        let ahead = estimate.engine_prefill_tokens();
+        let predicted_ttft = estimate.predict(ahead, prompt_tokens, in_flight).ttft;
+        let mut probe = Self {
             replica,
             prompt_tokens,
-            queued_ahead,
+            queued_ahead: None,
             others: in_flight - 1,
             predicted_ttft,
             placed_at: now,
             prefill_open: true,
             decoding_with: None,
+        };
+        if entry == EngineEntry::AtPlacement {
+            probe.answered();
         }
+        probe
     }
 
     pub fn replica(&self) -> &Arc<Replica> {
         &self.replica
     }
 
+    /// The replica answered: the prompt is in its engine, behind what is queued there now.
+    /// Once; nothing after the first token.
+    pub fn answered(&mut self) {
+        if self.prefill_open && self.queued_ahead.is_none() {
+            let engine = &self.replica.latency.engine_prefill_tokens;
+            self.queued_ahead = Some(engine.fetch_add(self.prompt_tokens, Ordering::Relaxed));
+        }
+    }
+
     /// The first token came at `now`: the prefill model learns, and the prediction's
     /// error `|predicted - measured| / measured` is returned (once).
     pub fn first_token(&mut self, now: Instant) -> Option<f64> {
+        // A first token is an answer too, should none have been seen.
+        self.answered();
+        let queued_ahead = self.queued_ahead.unwrap_or(0);
         if !self.close_prefill() {
             return None;
         }
         let ttft = now.saturating_duration_since(self.placed_at);
         self.decoding_with = Some(self.replica.load.in_flight().max(1));
-        let tokens = self.queued_ahead + self.prompt_tokens;
+        let tokens = (queued_ahead, self.prompt_tokens);
         self.replica.latency.observe_prefill(tokens, self.others, ttft);
         let measured = ttft.as_secs_f64();
         (measured > 0.0).then(|| (self.predicted_ttft - measured).abs() / measured)
@@ -288,11 +341,12 @@ impl LatencyProbe {
         if !std::mem::replace(&mut self.prefill_open, false) {
             return false;
         }
-        let pending = &self.replica.latency.pending_prefill_tokens;
-        // Never below zero, even if counts were ever out of step.
-        let _ = pending.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-            Some(n.saturating_sub(self.prompt_tokens))
-        });
+        let estimate = &self.replica.latency;
+        let owed = self.prompt_tokens;
+        give_back(&estimate.pending_prefill_tokens, owed);
+        if self.queued_ahead.is_some() {
+            give_back(&estimate.engine_prefill_tokens, owed);
+        }
         true
     }
 }
@@ -301,4 +355,10 @@ impl Drop for LatencyProbe {
     fn drop(&mut self) {
         self.close_prefill();
     }
+}
+
+/// Takes `tokens` off `counter`, never below zero, even if counts were ever out of step.
+fn give_back(counter: &AtomicU64, tokens: u64) {
+    let _ = counter
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some(n.saturating_sub(tokens)));
 }

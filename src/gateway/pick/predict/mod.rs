@@ -1,14 +1,15 @@
 //! Predicted-latency placement: per-replica latency estimates learned from the gateway's
 //! own streams ([`estimate`], over the line fit in [`fit`] and the TTFT-by-concurrency
-//! curve in [`concurrency`]) and the policy that places each request on the least loaded
+//! curve in [`concurrency`], whose slope per prompt token is [`envelope`]'s) and the policy that places each request on the least loaded
 //! replica predicted to meet its SLO ([`headroom`]).
 
 pub mod concurrency;
+pub mod envelope;
 pub mod estimate;
 pub mod fit;
 pub mod headroom;
 #[cfg(test)]
 mod tests;
 
-pub use estimate::{EstimateView, LatencyEstimate, LatencyProbe, Predicted};
+pub use estimate::{EngineEntry, EstimateView, LatencyEstimate, LatencyProbe, Predicted};
 pub use headroom::PredictedLatency;

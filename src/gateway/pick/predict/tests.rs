@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{LatencyProbe, PredictedLatency};
+use super::headroom::{Margins, fits};
+use super::{EngineEntry, LatencyProbe, PredictedLatency};
 use crate::gateway::config::EntrySlo;
 use crate::gateway::pick::policy::{PickContext, Policy, RequestShape};
 use crate::gateway::pick::replica::Replica;
@@ -36,8 +37,9 @@ impl Speed {
 /// One stream on `replica` from placement to end, timed by `speed` (no clock involved).
 fn serve(replica: &Arc<Replica>, prompt: u64, speed: Speed) {
     let start = Instant::now();
-    let mut placement = LatencyProbe::begin(replica.clone(), prompt, start);
-    let ahead = replica.latency.pending_prefill_tokens();
+    let mut placement =
+        LatencyProbe::begin(replica.clone(), prompt, start, EngineEntry::AtPlacement);
+    let ahead = replica.latency.engine_prefill_tokens();
     placement.first_token(start + speed.ttft(ahead));
     placement.finished(speed.tpot(replica.load.in_flight().max(1)));
 }
@@ -71,8 +73,8 @@ fn the_estimate_learns_prefill_and_decode_speed_from_scripted_streams() {
 fn pending_prefill_tokens_are_owed_from_placement_to_first_token_or_drop() {
     let replica = replicas(1).remove(0);
     let now = Instant::now();
-    let mut first = LatencyProbe::begin(replica.clone(), 1000, now);
-    let second = LatencyProbe::begin(replica.clone(), 9000, now);
+    let mut first = LatencyProbe::begin(replica.clone(), 1000, now, EngineEntry::AtPlacement);
+    let second = LatencyProbe::begin(replica.clone(), 9000, now, EngineEntry::AtPlacement);
     assert_eq!(replica.latency.pending_prefill_tokens(), 10_000);
     let error = first.first_token(now + Duration::from_millis(40)).unwrap();
     assert!(error >= 0.0);
@@ -81,6 +83,65 @@ fn pending_prefill_tokens_are_owed_from_placement_to_first_token_or_drop() {
     drop(second);
     drop(first);
     assert_eq!(replica.latency.pending_prefill_tokens(), 0);
+}
+
+#[test]
+fn a_streamed_prompt_is_ahead_in_the_engine_from_its_answer_to_its_first_token() {
+    let replica = replicas(1).remove(0);
+    let now = Instant::now();
+    let estimate = &replica.latency;
+    let mut long = LatencyProbe::begin(replica.clone(), 9000, now, EngineEntry::AtAnswer);
+    let mut short = LatencyProbe::begin(replica.clone(), 1000, now, EngineEntry::AtAnswer);
+    assert_eq!((estimate.pending_prefill_tokens(), estimate.engine_prefill_tokens()), (10_000, 0));
+    short.answered();
+    short.answered();
+    assert_eq!(estimate.engine_prefill_tokens(), 1000, "once only");
+    long.answered();
+    assert_eq!(estimate.engine_prefill_tokens(), 10_000);
+    short.first_token(now + Duration::from_millis(60));
+    assert_eq!((estimate.pending_prefill_tokens(), estimate.engine_prefill_tokens()), (9000, 9000));
+    // Dropped without a first token (a lost hedge, a client gone): nothing is owed.
+    drop(long);
+    assert_eq!((estimate.pending_prefill_tokens(), estimate.engine_prefill_tokens()), (0, 0));
+    // Never answered: never in the engine's queue.
+    let unanswered = LatencyProbe::begin(replica.clone(), 4000, now, EngineEntry::AtAnswer);
+    assert_eq!(estimate.engine_prefill_tokens(), 0);
+    drop(unanswered);
+    let unstreamed = LatencyProbe::begin(replica.clone(), 4000, now, EngineEntry::AtPlacement);
+    assert_eq!(estimate.engine_prefill_tokens(), 4000);
+    drop(unstreamed);
+    assert_eq!((estimate.pending_prefill_tokens(), estimate.engine_prefill_tokens()), (0, 0));
+}
+
+/// The TTFT slope a replica learns when its engine takes `50 us` a prompt token (plus 60 ms)
+/// and a prompt of 9000 or 1000 tokens sits unanswered in an API process meanwhile (not
+/// ahead of anybody in the engine), placed with `entry`.
+fn slope_with_prompts_stuck_in_preprocessing(entry: EngineEntry) -> f64 {
+    let replica = replicas(1).remove(0);
+    let start = Instant::now();
+    let line = |tokens: u64| Duration::from_secs_f64(0.06 + 50e-6 * tokens as f64);
+    for round in 0..60 {
+        let stuck_tokens = if round % 2 == 0 { 9000 } else { 1000 };
+        let stuck = LatencyProbe::begin(replica.clone(), stuck_tokens, start, entry);
+        let prompt = if (round / 2) % 2 == 0 { 1000 } else { 9000 };
+        let mut probe = LatencyProbe::begin(replica.clone(), prompt, start, entry);
+        probe.answered();
+        // The engine holds this prompt alone: the stuck one is not ahead of it.
+        probe.first_token(start + line(prompt));
+        drop(stuck);
+    }
+    replica.latency.view().ttft_seconds_per_token
+}
+
+#[test]
+fn prompts_still_in_preprocessing_do_not_flatten_the_prefill_slope() {
+    let slope = slope_with_prompts_stuck_in_preprocessing(EngineEntry::AtAnswer);
+    assert!((slope - 50e-6).abs() < 2.5e-6, "{slope}");
+    // Counted as ahead from placement, the same timings read as a line half as steep:
+    // short prompts "behind" 9000 tokens as fast as long ones behind 1000.
+    let counted_from_placement =
+        slope_with_prompts_stuck_in_preprocessing(EngineEntry::AtPlacement);
+    assert!(counted_from_placement < 0.6 * slope, "{counted_from_placement} vs {slope}");
 }
 
 /// Share of `picks` requests (70% 1000, 30% 9000 tokens) each of `set` serves, feeding the
@@ -162,7 +223,8 @@ fn train(replica: &Arc<Replica>, streams: usize, others: u64, prompt: u64, ttft:
     replica.load.in_flight.store(others + 1, Ordering::Relaxed);
     for _ in 0..streams {
         let start = Instant::now();
-        let mut probe = LatencyProbe::begin(replica.clone(), prompt, start);
+        let mut probe =
+            LatencyProbe::begin(replica.clone(), prompt, start, EngineEntry::AtPlacement);
         probe.first_token(start + Duration::from_secs_f64(ttft));
         probe.finished(Duration::from_secs_f64(tpot));
     }
@@ -278,6 +340,32 @@ fn a_replica_whose_first_tokens_are_often_late_loses_to_a_steady_one_with_a_like
     let request = with_slo(1000, 500, 50);
     // Equally loaded, both meeting the objective on their means: the spread decides.
     for _ in 0..50 {
+        assert_eq!(policy.pick_for(&set, &context(), &request), Some(1));
+    }
+}
+
+#[test]
+fn past_capacity_a_coin_flip_in_time_beats_a_steady_miss() {
+    let set = replicas(2);
+    // With 3 others in flight, r0's first token comes in 590 ms every time (its engine's
+    // own prefill: late for certain); r1's in 100 ms or 700 ms by turns (its API processes
+    // busy or not: a 400 ms mean, 300 ms spread). Objective: 500 ms.
+    for n in 0..60 {
+        train(&set[0], 1, 3, 1000, 0.59, 0.015);
+        train(&set[1], 1, 3, 1000, if n % 2 == 0 { 0.1 } else { 0.7 }, 0.015);
+    }
+    for replica in &set {
+        replica.load.in_flight.store(3, Ordering::Relaxed);
+    }
+    let request = with_slo(1000, 500, 50);
+    let margins: Vec<Margins> = set.iter().map(|r| Margins::of(r, &request)).collect();
+    // Neither fits, and mean plus spread reads r0 as the nearer miss (-18% against -40%)...
+    assert!(margins.iter().all(|m| !fits(m.headroom())), "{margins:?}");
+    assert!(margins[0].headroom() > margins[1].headroom(), "{margins:?}");
+    // ...but r1 meets the objective half the time and r0 never: r1 takes the request.
+    assert!(margins[1].ttft_odds > 0.0 && margins[0].ttft_odds < -2.0, "{margins:?}");
+    let policy = PredictedLatency::new(5).with_explore_every(0);
+    for _ in 0..20 {
         assert_eq!(policy.pick_for(&set, &context(), &request), Some(1));
     }
 }
