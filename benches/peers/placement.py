@@ -3,7 +3,8 @@ records that name the replica and the simulator's API process (`replica`, `api_w
 
     placement.py RESULTS.json[.xz] TTFT_MS TPOT_MS [--summary]
 
-Per target: each replica's share of the requests and its SLO misses, then TTFT misses of the
+Per target: each replica's share of the requests and its SLO misses, by prompt size (on a
+mixed fleet, where the long prompts went is most of the story), then TTFT misses of the
 requests by how many other streams were open on the same API process when they were sent
 (the simulator's API processes slow a new request's preprocessing by the output work they
 carry), then the SLO misses by the fleet's state when each request was sent: whether its
@@ -48,15 +49,16 @@ def main():
         for record in records:
             ttft = record.get("ttft")
             tpot = tpot_ms(record)
-            row = by_replica[record["replica"]]
+            row = by_replica[(record["replica"], record["prompt_tokens"])]
             row["requests"] += 1
             row["ttft miss"] += ttft is None or ttft / 1000 > ttft_slo
             row["tpot miss"] += tpot is not None and tpot > tpot_slo
-        print("| replica | requests | TTFT misses | TPOT misses |")
-        print("|---|---:|---:|---:|")
-        for replica in sorted(by_replica):
-            row = by_replica[replica]
-            print(f"| {replica} | {row['requests']} | {row['ttft miss']} | {row['tpot miss']} |")
+        print("| replica | prompt tokens | requests | TTFT misses | TPOT misses |")
+        print("|---|---:|---:|---:|---:|")
+        for replica, prompt in sorted(by_replica):
+            row = by_replica[(replica, prompt)]
+            print(f"| {replica} | {prompt} | {row['requests']} | {row['ttft miss']} "
+                  f"| {row['tpot miss']} |")
         # Streams open on the same API process when each request was sent (same round).
         by_worker = defaultdict(list)
         for record in records:

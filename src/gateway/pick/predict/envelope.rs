@@ -17,7 +17,7 @@
 //! first tokens: one unlucky request (on a busy API process) would otherwise stand for
 //! its size until that size is sent there again, which a slope read from it prevents.
 /// Sizes told apart: powers of two of the tokens, up to 2^24.
-const BUCKETS: usize = 25;
+pub const BUCKETS: usize = 25;
 /// Recent first tokens kept per size; the envelope is their fastest, so a replica that
 /// slows is seen as slower within this many requests of each size.
 const KEPT: usize = 8;
@@ -62,7 +62,7 @@ impl Default for PrefillEnvelope {
 }
 
 /// The size a number of tokens is kept under.
-fn bucket(tokens: f64) -> usize {
+pub fn bucket(tokens: f64) -> usize {
     // Truncation is the point: the power of two at or below the count.
     let log = tokens.max(1.0).log2() as usize;
     log.min(BUCKETS - 1)

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::concurrency::{COUNTS, TtftByConcurrency, slot};
+use super::envelope;
 use super::fit::DecayedLine;
 use crate::gateway::clock;
 use crate::gateway::pick::replica::Replica;
@@ -58,6 +59,11 @@ pub struct LatencyEstimate {
     /// When the last was placed ([`clock::now_micros`] scale, zero for never): exploration goes
     /// to the replica whose estimate is stalest.
     last_placed: AtomicU64,
+    /// The same per prompt size ([`envelope::bucket`]): exploration for a request goes to
+    /// the replica whose estimate for its size is stalest. Explored by last placement
+    /// alone, a replica whose first two long prompts met busy API processes read as slow
+    /// for long prompts, was sent none again, and its estimate for them never recovered.
+    last_placed_by_size: [AtomicU64; envelope::BUCKETS],
     /// Published models, as `f64` bits: the decode line's `(intercept, slope)`, the TTFT
     /// slope per prompt token, its intercept and its spread per count of other requests in
     /// flight.
@@ -99,6 +105,7 @@ impl Default for LatencyEstimate {
             engine_prefill_tokens: AtomicU64::new(0),
             placements: AtomicU64::new(0),
             last_placed: AtomicU64::new(0),
+            last_placed_by_size: std::array::from_fn(|_| AtomicU64::new(0)),
             decode_published: publish(&models.decode),
             ttft_slope_published: AtomicU64::new(models.prefill.slope().to_bits()),
             ttft_intercepts_published: models
@@ -168,6 +175,11 @@ impl LatencyEstimate {
     /// When a request was last placed on the replica ([`clock::now_micros`]; zero: never).
     pub fn last_placed(&self) -> u64 {
         self.last_placed.load(Ordering::Relaxed)
+    }
+
+    /// When a request of about `prompt_tokens` was last placed on the replica (zero: never).
+    pub fn last_placed_for(&self, prompt_tokens: u64) -> u64 {
+        self.last_placed_by_size[envelope::bucket(prompt_tokens as f64)].load(Ordering::Relaxed)
     }
 
     /// TTFT for `prompt_tokens` placed behind `queued_ahead` prompt tokens, and TPOT with
@@ -273,7 +285,10 @@ impl LatencyProbe {
     ) -> Self {
         let estimate = &replica.latency;
         estimate.placements.fetch_add(1, Ordering::Relaxed);
-        estimate.last_placed.store(clock::micros_at(now), Ordering::Relaxed);
+        let placed_at = clock::micros_at(now);
+        estimate.last_placed.store(placed_at, Ordering::Relaxed);
+        let size = envelope::bucket(prompt_tokens as f64);
+        estimate.last_placed_by_size[size].store(placed_at, Ordering::Relaxed);
         estimate.pending_prefill_tokens.fetch_add(prompt_tokens, Ordering::Relaxed);
         // The request's own in-flight guard is already held.
         let in_flight = replica.load.in_flight().max(1);

@@ -27,8 +27,9 @@
 //! comparing the sizes of the two misses sent a slowed replica the overflow, and most of it
 //! missed TPOT. Ties go to the first candidate from a random start.
 //!
-//! Every `EXPLORE_EVERY`-th pick goes to the candidate whose estimate is stalest (the one
-//! placed a request longest ago), whatever the predictions say, so a replica that nothing
+//! Every `EXPLORE_EVERY`-th pick goes to the candidate whose estimate is stalest for the
+//! request's size (the one placed a request of that power-of-two size longest ago),
+//! whatever the predictions say, so a replica that nothing
 //! else would pick is still measured, within a bounded number of picks, and wins its share
 //! back when it recovers; at most that share of the traffic is spent on it. Exploration is
 //! counted, not drawn: a run of unlucky draws could otherwise leave a healed replica
@@ -162,8 +163,10 @@ impl Policy for PredictedLatency {
             _ => {}
         }
         if self.explores() {
-            let stalest = (0..count)
-                .min_by_key(|&n| replicas[nth_candidate(n, context)].latency.last_placed());
+            let stalest = (0..count).min_by_key(|&n| {
+                let latency = &replicas[nth_candidate(n, context)].latency;
+                latency.last_placed_for(request.prompt_tokens)
+            });
             return stalest.map(|n| nth_candidate(n, context));
         }
         let start = self.rng.below(count);

@@ -369,3 +369,25 @@ fn past_capacity_a_coin_flip_in_time_beats_a_steady_miss() {
         assert_eq!(policy.pick_for(&set, &context(), &request), Some(1));
     }
 }
+
+#[test]
+fn exploration_goes_where_the_estimate_for_the_requests_size_is_stalest() {
+    let set = replicas(2);
+    let now = Instant::now();
+    let at = |ms| now + Duration::from_millis(ms);
+    let place = |replica: &Arc<Replica>, prompt, ms| {
+        drop(LatencyProbe::begin(replica.clone(), prompt, at(ms), EngineEntry::AtPlacement))
+    };
+    // r0 had a long prompt and then a short one; r1 only short ones, the latest of all.
+    place(&set[0], 9000, 0);
+    place(&set[0], 1000, 10);
+    place(&set[1], 1000, 20);
+    let policy = PredictedLatency::new(6).with_explore_every(1);
+    // r1 was placed a request last, but never a long one: a long prompt explores there.
+    assert_eq!(policy.pick_for(&set, &context(), &shape(9000)), Some(1));
+    // A short one explores r0, whose short estimate is the older.
+    assert_eq!(policy.pick_for(&set, &context(), &shape(1000)), Some(0));
+    // Sizes are powers of two: 12,000 tokens count with 9,000.
+    place(&set[1], 12_000, 30);
+    assert_eq!(policy.pick_for(&set, &context(), &shape(9000)), Some(0));
+}
