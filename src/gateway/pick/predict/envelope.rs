@@ -16,6 +16,7 @@
 //! those bent the line as flat as the fit's. A size counts once it has `MIN_KEPT`
 //! first tokens: one unlucky request (on a busy API process) would otherwise stand for
 //! its size until that size is sent there again, which a slope read from it prevents.
+
 /// Sizes told apart: powers of two of the tokens, up to 2^24.
 pub const BUCKETS: usize = 25;
 /// Recent first tokens kept per size; the envelope is their fastest, so a replica that

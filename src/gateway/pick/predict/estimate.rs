@@ -56,10 +56,8 @@ pub struct LatencyEstimate {
     engine_prefill_tokens: AtomicU64,
     /// Requests ever placed on the replica.
     placements: AtomicU64,
-    /// When the last was placed ([`clock::now_micros`] scale, zero for never): exploration goes
-    /// to the replica whose estimate is stalest.
-    last_placed: AtomicU64,
-    /// The same per prompt size ([`envelope::bucket`]): exploration for a request goes to
+    /// When a request of each prompt size ([`envelope::bucket`]) was last placed
+    /// ([`clock::now_micros`] scale, zero for never): exploration for a request goes to
     /// the replica whose estimate for its size is stalest. Explored by last placement
     /// alone, a replica whose first two long prompts met busy API processes read as slow
     /// for long prompts, was sent none again, and its estimate for them never recovered.
@@ -104,7 +102,6 @@ impl Default for LatencyEstimate {
             pending_prefill_tokens: AtomicU64::new(0),
             engine_prefill_tokens: AtomicU64::new(0),
             placements: AtomicU64::new(0),
-            last_placed: AtomicU64::new(0),
             last_placed_by_size: std::array::from_fn(|_| AtomicU64::new(0)),
             decode_published: publish(&models.decode),
             ttft_slope_published: AtomicU64::new(models.prefill.slope().to_bits()),
@@ -170,11 +167,6 @@ impl LatencyEstimate {
 
     pub fn placements(&self) -> u64 {
         self.placements.load(Ordering::Relaxed)
-    }
-
-    /// When a request was last placed on the replica ([`clock::now_micros`]; zero: never).
-    pub fn last_placed(&self) -> u64 {
-        self.last_placed.load(Ordering::Relaxed)
     }
 
     /// When a request of about `prompt_tokens` was last placed on the replica (zero: never).
@@ -285,10 +277,8 @@ impl LatencyProbe {
     ) -> Self {
         let estimate = &replica.latency;
         estimate.placements.fetch_add(1, Ordering::Relaxed);
-        let placed_at = clock::micros_at(now);
-        estimate.last_placed.store(placed_at, Ordering::Relaxed);
         let size = envelope::bucket(prompt_tokens as f64);
-        estimate.last_placed_by_size[size].store(placed_at, Ordering::Relaxed);
+        estimate.last_placed_by_size[size].store(clock::micros_at(now), Ordering::Relaxed);
         estimate.pending_prefill_tokens.fetch_add(prompt_tokens, Ordering::Relaxed);
         // The request's own in-flight guard is already held.
         let in_flight = replica.load.in_flight().max(1);
