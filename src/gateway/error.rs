@@ -5,6 +5,7 @@ use http::Response;
 
 use crate::error_chain::ErrorChain;
 use crate::gateway::body::{BoxError, ProxyBody, boxed};
+use crate::gateway::client_fault::UploadError;
 use crate::gateway::config::UnknownEntry;
 use crate::gateway::health::FailureReason;
 use crate::gateway::secrets::AuthError;
@@ -52,6 +53,16 @@ pub enum GatewayError {
     /// Downstream: an inference path called with another method than POST.
     #[error("method {method} is not allowed on {path}; use POST")]
     MethodNotAllowed { method: http::Method, path: String },
+    /// Downstream: the request's framing is ambiguous (see `listen::framing`); nothing of
+    /// it was sent, and the connection closes after the answer.
+    #[error("{0}")]
+    Framing(#[source] crate::gateway::framing::FramingError),
+    /// Downstream: no route of the listener serves this path (`[routes]` opens more).
+    #[error(
+        "no route for {method} {path}: this listener serves the OpenAI inference routes and \
+         the paths its operator opened ([routes] forward)"
+    )]
+    RouteNotFound { method: http::Method, path: String },
     /// Downstream: the client's body could not be read.
     #[error("reading the request body failed: {0}")]
     ClientBody(#[source] BoxError),
@@ -134,6 +145,8 @@ impl GatewayError {
             | Self::DebugNotServedHere
             | Self::PayloadTooLarge { .. }
             | Self::MethodNotAllowed { .. }
+            | Self::Framing(_)
+            | Self::RouteNotFound { .. }
             | Self::ClientBody(_)
             | Self::ClientBodyTimeout { .. }
             | Self::Unauthorized(_) => Side::Client,
@@ -169,6 +182,8 @@ impl GatewayError {
             Self::DebugBusy { .. } => "debug_busy",
             Self::PayloadTooLarge { .. } => "payload_too_large",
             Self::MethodNotAllowed { .. } => "method_not_allowed",
+            Self::Framing(_) => "bad_framing",
+            Self::RouteNotFound { .. } => "route_not_found",
             Self::ClientBody(_) => "client_body",
             Self::ClientBodyTimeout { .. } => "client_body_timeout",
             Self::NoReplica => "no_replica",
@@ -194,9 +209,15 @@ impl GatewayError {
             | Self::BadSlo(_)
             | Self::MissingReplica
             | Self::ClientBody(_) => ErrorKind::BadRequest,
-            Self::UnknownReplica(_) | Self::DebugNotServedHere | Self::ModelNotFound(_) => {
-                ErrorKind::NotFound
-            }
+            Self::UnknownReplica(_)
+            | Self::DebugNotServedHere
+            | Self::ModelNotFound(_)
+            | Self::RouteNotFound { .. } => ErrorKind::NotFound,
+            Self::Framing(error) => match error.status() {
+                http::StatusCode::METHOD_NOT_ALLOWED => ErrorKind::MethodNotAllowed,
+                http::StatusCode::NOT_IMPLEMENTED => ErrorKind::NotImplemented,
+                _ => ErrorKind::BadRequest,
+            },
             Self::DebugBusy { .. } | Self::QuotaExceeded(_) => ErrorKind::TooManyRequests,
             Self::PayloadTooLarge { .. } => ErrorKind::PayloadTooLarge,
             Self::ClientBodyTimeout { .. } => ErrorKind::RequestTimeout,
@@ -209,6 +230,17 @@ impl GatewayError {
             | Self::UpstreamClosed { .. } => ErrorKind::BadGateway,
             Self::UpstreamTimeout { .. } => ErrorKind::GatewayTimeout,
             Self::Overloaded { .. } => ErrorKind::TooManyRequests,
+        }
+    }
+
+    /// The client's error a failure of its streamed body stands for.
+    pub fn client_fault(fault: &UploadError) -> Self {
+        match fault {
+            UploadError::TooLarge { limit } => Self::PayloadTooLarge { limit: *limit },
+            UploadError::TimedOut(after) => Self::ClientBodyTimeout { after: *after },
+            UploadError::Failed(error) => {
+                Self::ClientBody(ErrorChain(error.as_ref()).to_string().into())
+            }
         }
     }
 
@@ -227,6 +259,14 @@ impl GatewayError {
             response
                 .headers_mut()
                 .insert(http::header::ALLOW, http::HeaderValue::from_static("POST"));
+        }
+        if let Self::Framing(error) = self {
+            let headers = response.headers_mut();
+            // What follows a refused head cannot be trusted to start the next request.
+            headers.insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+            if error == crate::gateway::framing::FramingError::Connect {
+                headers.insert(http::header::ALLOW, http::HeaderValue::from_static("GET, POST"));
+            }
         }
         if let Self::Unauthorized(_) = self {
             let challenge = http::HeaderValue::from_static("Bearer");

@@ -26,6 +26,8 @@ pub enum ErrorKind {
     TooManyRequests,
     /// 500: a bug on our side.
     Internal,
+    /// 501: the request uses a protocol feature the gateway does not implement.
+    NotImplemented,
     /// 502: the upstream replica failed.
     BadGateway,
     /// 503: no replica can take the request.
@@ -46,6 +48,7 @@ impl ErrorKind {
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::NotImplemented => StatusCode::NOT_IMPLEMENTED,
             Self::BadGateway => StatusCode::BAD_GATEWAY,
             Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::GatewayTimeout => StatusCode::GATEWAY_TIMEOUT,
@@ -64,6 +67,7 @@ impl ErrorKind {
             Self::NotFound => "NotFoundError",
             Self::TooManyRequests => "RateLimitError",
             Self::Internal => "InternalServerError",
+            Self::NotImplemented => "NotImplementedError",
             Self::BadGateway | Self::Unavailable | Self::GatewayTimeout => {
                 "ServiceUnavailableError"
             }

@@ -153,9 +153,11 @@ async fn debug_entry_reaches_the_named_sim_on_any_path() {
 }
 
 #[tokio::test]
-async fn unknown_paths_are_forwarded_to_a_replica() {
+async fn only_served_and_opened_paths_reach_a_replica() {
     let sims = start_sims(1, 1).await;
-    let gateway = start_gateway(config_for(&sims)).await;
+    let mut config = config_for(&sims);
+    config.routes = laneway::gateway::config::RoutesConfig::forwarding(&["/version"]).unwrap();
+    let gateway = start_gateway(config).await;
     // `/v1/models` is answered by the gateway once it knows the replicas' models (see
     // tests/tenants.rs), by a replica before that: a list either way.
     let response = reqwest::get(url(&gateway, "/v1/models")).await.unwrap();
@@ -165,17 +167,48 @@ async fn unknown_paths_are_forwarded_to_a_replica() {
     let version = reqwest::get(url(&gateway, "/version")).await.unwrap();
     assert_eq!(version.status(), 200);
     assert_eq!(header(&version, "x-laneway-replica"), "sim-0");
+    // A path nobody opened, a replica's control endpoint among them, is the gateway's 404.
+    let client = reqwest::Client::new();
+    for (method, path) in [("GET", "/tokenize"), ("POST", "/reset_prefix_cache"), ("GET", "/")] {
+        let method = method.parse().unwrap();
+        let response = client.request(method, url(&gateway, path)).send().await.unwrap();
+        assert_eq!(response.status(), 404, "{path}");
+        assert!(response.headers().get("x-laneway-replica").is_none(), "{path}");
+        let error: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(error["error"]["type"], "NotFoundError", "{path}");
+    }
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_health_route_is_the_gateways_own() {
+    let sims = start_sims(1, 1).await;
+    let mut config = config_for(&sims);
+    config.admin.token = Some("t".into());
+    let gateway = start_gateway(config).await;
+    let client = reqwest::Client::new();
+    let response = client.get(url(&gateway, "/health")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response.headers().get("x-laneway-replica").is_none());
+    // With its only replica drained, the gateway cannot take requests: 503.
+    let admin = crate::support::gateway::admin_url(&gateway, "/admin/replicas/sim-0/drain");
+    let drained = client.post(admin).bearer_auth("t").send().await.unwrap();
+    assert_eq!(drained.status(), 200);
+    let response = client.head(url(&gateway, "/health")).send().await.unwrap();
+    assert_eq!(response.status(), 503);
     gateway.shutdown().await;
 }
 
 #[tokio::test]
 async fn head_requests_and_empty_bodies_are_not_counted_as_disconnects() {
     let sims = start_sims(1, 1).await;
-    let gateway = start_gateway(config_for(&sims)).await;
+    let mut config = config_for(&sims);
+    config.routes = laneway::gateway::config::RoutesConfig::forwarding(&["/version"]).unwrap();
+    let gateway = start_gateway(config).await;
     let client = reqwest::Client::new();
-    let response = client.head(url(&gateway, "/health")).send().await.unwrap();
+    let response = client.head(url(&gateway, "/version")).send().await.unwrap();
     assert_eq!(header(&response, "x-laneway-replica"), "sim-0");
-    let response = client.get(url(&gateway, "/health")).send().await.unwrap();
+    let response = client.get(url(&gateway, "/version")).send().await.unwrap();
     assert_eq!(response.status(), 200);
     response.bytes().await.unwrap();
     wait_until("requests released", || gateway.replica_in_flight("sim-0") == 0).await;

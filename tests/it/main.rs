@@ -36,6 +36,7 @@ mod gateway_streaming;
 mod gateway_tls;
 mod gateway_upstream_tls;
 mod hostile;
+mod hostile_ingress;
 mod sim_api;
 mod sim_calibration;
 mod sim_cli;

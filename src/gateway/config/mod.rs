@@ -14,6 +14,7 @@ mod prefix;
 mod quota_store;
 mod raw;
 pub mod reliability;
+mod routes;
 mod slo;
 mod tenants;
 mod validate;
@@ -35,6 +36,7 @@ pub use issues::{ConfigError, ConfigIssue, Issues};
 pub use models::{ModelsConfig, UnknownModel};
 pub use prefix::PrefixConfig;
 pub use quota_store::QuotaStoreConfig;
+pub use routes::RoutesConfig;
 pub use slo::{EntrySlo, RawEntrySlo};
 pub use tenants::{DEFAULT_BAND, Flow, MAX_BAND, TenantConfig, TenantLimits};
 pub use verdicts::Automation;
@@ -194,6 +196,8 @@ pub struct GatewayConfig {
     pub capacity: CapacityConfig,
     /// Which replicas serve which model names (`[models]`).
     pub models: ModelsConfig,
+    /// Paths the public listeners forward beyond the inference routes (`[routes]`).
+    pub routes: RoutesConfig,
     /// Named keys and their limits (`[[tenants]]`).
     pub tenants: Vec<TenantConfig>,
     /// Where the tenants' counters are shared between gateways (`[limits] store`); `None`:

@@ -53,6 +53,8 @@ pub struct RawConfig {
     pub models: super::models::RawModels,
     #[serde(default)]
     pub tenants: Vec<super::tenants::RawTenant>,
+    #[serde(default)]
+    pub routes: super::routes::RawRoutes,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -160,6 +160,7 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
         prefix: super::prefix::prefix(&raw.prefix, issues),
         capacity: capacity::capacity(&raw.capacity, issues),
         models,
+        routes: super::routes::routes(&raw.routes, issues),
     };
     if !raw.entries.debug.variants.is_empty() {
         issues

@@ -5,15 +5,18 @@
 
 use std::time::Duration;
 
+use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{Request, Response};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::{CaptureConnection, HttpConnector, capture_connection};
 use hyper_util::rt::TokioExecutor;
 
 use super::force_close::Upstream;
+use super::request::header_items;
 use super::upstream_body::UpstreamBody;
 use super::upstream_error;
+use super::wire::{WireError, content_length};
 use crate::error_chain::ErrorChain;
 use crate::gateway::body::ProxyBody;
 use crate::gateway::error::GatewayError;
@@ -44,8 +47,9 @@ impl KeepAlive {
     pub async fn send(
         &self,
         upstream: Upstream<'_>,
-        request: Request<ProxyBody>,
+        mut request: Request<ProxyBody>,
     ) -> Result<Response<UpstreamBody>, GatewayError> {
+        let connection = capture_connection(&mut request);
         let result = match upstream.tls {
             None => self.client.request(request).await,
             Some((tls, _)) => match self.tls_client.request(request).await {
@@ -61,8 +65,105 @@ impl KeepAlive {
                 Err(error) => Err(error),
             },
         };
-        result
-            .map(|response| response.map(UpstreamBody::from))
-            .map_err(|error| upstream_error::from_pooled(upstream.name, error))
+        let mut response =
+            result.map_err(|error| upstream_error::from_pooled(upstream.name, error))?;
+        match sound_framing(&mut response) {
+            Framing::Sound => {}
+            Framing::Mended => poison(&connection),
+            Framing::Broken(reason) => {
+                poison(&connection);
+                let replica = upstream.name.to_string();
+                let source = WireError::Framing(reason).into();
+                return Err(GatewayError::UpstreamReset { replica, source });
+            }
+        }
+        Ok(response.map(UpstreamBody::from))
+    }
+}
+
+/// What the framing of a pooled response said.
+#[derive(Debug, PartialEq, Eq)]
+enum Framing {
+    Sound,
+    /// Passed on with its headers mended (a length beside a transfer coding dropped,
+    /// repeated equal lengths made one); its connection is not reused.
+    Mended,
+    /// Refused: an unsolicited switch of protocols or interim head as the answer, or
+    /// lengths that disagree.
+    Broken(&'static str),
+}
+
+/// The rules laneway's own client applies to a response's framing (see
+/// `wire::head`), applied to what hyper's client read.
+fn sound_framing<B>(response: &mut Response<B>) -> Framing {
+    if response.status().is_informational() {
+        return Framing::Broken("an interim or protocol-switching answer that was never asked for");
+    }
+    let headers = response.headers_mut();
+    if headers.contains_key(TRANSFER_ENCODING) {
+        // hyper decoded the body by its coding: the length was not the framing.
+        return match headers.remove(CONTENT_LENGTH) {
+            Some(_) => Framing::Mended,
+            None => Framing::Sound,
+        };
+    }
+    let values: Vec<&[u8]> =
+        headers.get_all(CONTENT_LENGTH).iter().flat_map(|v| header_items(v.as_bytes())).collect();
+    if values.len() < 2 {
+        return Framing::Sound;
+    }
+    let lengths: Option<Vec<u64>> = values.into_iter().map(content_length).collect();
+    match lengths {
+        Some(lengths) if lengths.windows(2).all(|pair| pair[0] == pair[1]) => {
+            headers.insert(CONTENT_LENGTH, lengths[0].into());
+            Framing::Mended
+        }
+        _ => Framing::Broken("content-lengths disagree"),
+    }
+}
+
+/// Keeps the captured connection out of the pool once this exchange ends.
+fn poison(connection: &CaptureConnection) {
+    if let Some(connected) = connection.connection_metadata().as_ref() {
+        connected.poison();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn framed(status: u16, lines: &[(&str, &str)]) -> (Framing, Response<()>) {
+        let mut response = Response::builder().status(status);
+        for (name, value) in lines {
+            response = response.header(*name, *value);
+        }
+        let mut response = response.body(()).unwrap();
+        (sound_framing(&mut response), response)
+    }
+
+    #[test]
+    fn a_length_beside_a_coding_is_dropped_and_the_connection_not_reused() {
+        let (framing, response) =
+            framed(200, &[("content-length", "5"), ("transfer-encoding", "chunked")]);
+        assert_eq!(framing, Framing::Mended);
+        assert!(response.headers().get(CONTENT_LENGTH).is_none());
+        assert_eq!(framed(200, &[("transfer-encoding", "chunked")]).0, Framing::Sound);
+    }
+
+    #[test]
+    fn repeated_lengths_become_one_when_they_agree() {
+        let (framing, response) = framed(200, &[("content-length", "5"), ("content-length", "5")]);
+        assert_eq!(framing, Framing::Mended);
+        assert_eq!(response.headers().get_all(CONTENT_LENGTH).iter().count(), 1);
+        assert_eq!(response.headers()[CONTENT_LENGTH], "5");
+        assert_eq!(framed(200, &[("content-length", "5, 5")]).0, Framing::Mended);
+        assert!(matches!(framed(200, &[("content-length", "5, 6")]).0, Framing::Broken(_)));
+        assert_eq!(framed(200, &[("content-length", "5")]).0, Framing::Sound);
+    }
+
+    #[test]
+    fn an_unasked_switch_of_protocols_is_refused() {
+        assert!(matches!(framed(101, &[("upgrade", "h2c")]).0, Framing::Broken(_)));
     }
 }

@@ -45,13 +45,28 @@ pub fn header_items(value: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
 }
 
 /// The header names a `Connection` value marks connection-specific: its tokens but `close`
-/// (which names none) and `keep-alive` (hop-by-hop already).
+/// (which names none), `keep-alive` (hop-by-hop already) and the names the gateway sets or
+/// frames by, which a sender cannot take away this way.
 pub fn listed_names(value: &[u8]) -> impl Iterator<Item = &[u8]> {
     header_items(value).filter(|token| {
         !token.is_empty()
             && !token.eq_ignore_ascii_case(b"close")
             && !token.eq_ignore_ascii_case(b"keep-alive")
+            && !is_protected(token)
     })
+}
+
+/// Names a `Connection` header cannot remove (RFC 9110 §7.6.1 lets a proxy keep what it
+/// relies on): the request id, the `x-laneway-*` family (entry, variant, priority, SLOs,
+/// replica, strategy), the credentials the gateway checks and the message's own framing.
+const PROTECTED: [&str; 5] =
+    ["x-request-id", "authorization", "host", "content-length", "transfer-encoding"];
+
+/// Whether `name` (as received, in any case) is one a `Connection` header cannot remove.
+pub fn is_protected(name: &[u8]) -> bool {
+    const FAMILY: &[u8] = b"x-laneway-";
+    let in_family = name.len() > FAMILY.len() && name[..FAMILY.len()].eq_ignore_ascii_case(FAMILY);
+    in_family || PROTECTED.iter().any(|protected| protected.as_bytes().eq_ignore_ascii_case(name))
 }
 
 /// The headers that describe one connection, not the request (RFC 9110 §7.6.1, plus the
@@ -153,6 +168,24 @@ mod tests {
             assert!(is_hop_by_hop_name(name.to_ascii_uppercase().as_bytes()), "{name}");
         }
         assert!(!is_hop_by_hop_name(b"Content-Type") && !is_hop_by_hop_name(b"t"));
+    }
+
+    #[test]
+    fn a_connection_header_cannot_remove_what_the_gateway_sets() {
+        let mut headers = HeaderMap::new();
+        let listed =
+            "X-Request-Id, x-laneway-variant, Authorization, Host, content-length, x-other";
+        headers.insert(header::CONNECTION, HeaderValue::from_static(listed));
+        for name in ["x-request-id", "x-laneway-variant", "authorization", "host", "x-other"] {
+            headers.insert(HeaderName::from_static(name), HeaderValue::from_static("1"));
+        }
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("2"));
+        strip_hop_by_hop(&mut headers);
+        let mut left: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+        left.sort_unstable();
+        let kept = ["authorization", "content-length", "host", "x-laneway-variant", "x-request-id"];
+        assert_eq!(left, kept);
+        assert!(is_protected(b"X-LANEWAY-ENTRY") && !is_protected(b"x-laneway-"));
     }
 
     #[test]

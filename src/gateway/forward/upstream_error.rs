@@ -69,6 +69,10 @@ pub fn from_pooled(replica: &str, error: hyper_util::client::legacy::Error) -> G
 }
 
 fn classify(replica: &str, how: Ended, source: crate::gateway::body::BoxError) -> GatewayError {
+    // The client's body failed under the exchange: the client's error, not the replica's.
+    if let Some(fault) = crate::gateway::client_fault::under(source.as_ref()) {
+        return GatewayError::client_fault(fault);
+    }
     let replica = replica.to_string();
     match how {
         Ended::NotSent => GatewayError::UpstreamConnect { replica, source },

@@ -1,6 +1,7 @@
-//! The request path, phase by phase: route, then for inference requests
+//! The request path, phase by phase: framing checked, then route; inference requests go
 //! classify -> pick -> forward -> observe; debug requests go straight to their replica;
-//! other paths go to a picked replica untouched.
+//! the other routes a listener serves (`/v1/models`, `/health`, forwarded paths) are
+//! answered by the gateway or go to a picked replica untouched; any other path is a 404.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::request::Parts;
 use http::uri::PathAndQuery;
-use http::{Method, Request, Response};
+use http::{Method, Request, Response, Version};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tracing::Instrument;
 
@@ -17,14 +18,16 @@ use super::attempts::{self, Forwarding};
 use super::body_deadline::{BodyTimedOut, DeadlineBody};
 use super::client_body::ClientBody;
 use super::respond::{Placed, respond, tag};
+use super::upload::Upload;
 use crate::gateway::admission::HeldBody;
 use crate::gateway::body::{ProxyBody, boxed};
 use crate::gateway::classify::{self, ClassifyMethod, model_name};
-use crate::gateway::config::{DEFAULT_BAND, Entry, Flow, MAX_BAND};
+use crate::gateway::config::{DEFAULT_BAND, Entry, Flow, MAX_BAND, RoutesConfig};
 use crate::gateway::context::RequestCtx;
 use crate::gateway::error::{GatewayError, Side};
 use crate::gateway::forward::debug::{DebugSlot, split_debug_path};
 use crate::gateway::forward::replica_headers::ReplicaHeaders;
+use crate::gateway::framing::{FramingError, Refused, check_map};
 use crate::gateway::headers;
 use crate::gateway::listen::request_id;
 use crate::gateway::observe::access_log::{self, AccessRecord};
@@ -63,9 +66,12 @@ async fn serve_request(
     request: Request<ClientBody>,
     ctx: &mut RequestCtx,
 ) -> Response<ProxyBody> {
-    let route = route(role, &request);
-    // The debug entry checks its own, narrower, permission.
-    if !matches!(route, Route::Debug)
+    if let Err(refused) = framing_verdict(&request) {
+        return error_response(&state, ctx, GatewayError::Framing(refused));
+    }
+    let route = route(role, &state.config.routes, &request);
+    // The debug entry checks its own, narrower, permission; the health route none.
+    if !matches!(route, Route::Debug | Route::Health)
         && let Err(error) = authenticate(&state, &request)
     {
         return error_response(&state, ctx, error);
@@ -75,9 +81,14 @@ async fn serve_request(
         Route::Inference(endpoint) => inference(&state, role, endpoint, request, ctx).await,
         Route::Models => match super::models::list(&state) {
             Some(list) => Ok(list),
-            None => other(&state, request, ctx).await,
+            None => forward_untouched(&state, request, ctx).await,
         },
-        Route::Other => other(&state, request, ctx).await,
+        Route::Health => own_health(&state),
+        Route::Forward => forward_untouched(&state, request, ctx).await,
+        Route::NotFound => {
+            let (method, path) = (request.method().clone(), request.uri().path().to_string());
+            Err(GatewayError::RouteNotFound { method, path })
+        }
     };
     result.unwrap_or_else(|error| error_response(&state, ctx, error))
 }
@@ -140,26 +151,66 @@ fn authenticate(state: &GatewayState, request: &Request<ClientBody>) -> Result<(
     Ok(())
 }
 
+/// The framing refusal of a request (see [`super::framing`]): marked by laneway's own
+/// reader, or found here for a method any server passes on (`CONNECT`) and for HTTP/1
+/// requests hyper read.
+fn framing_verdict(request: &Request<ClientBody>) -> Result<(), FramingError> {
+    if let Some(Refused(error)) = request.extensions().get::<Refused>() {
+        return Err(*error);
+    }
+    if request.method() == Method::CONNECT {
+        return Err(FramingError::Connect);
+    }
+    if matches!(request.body(), ClientBody::Hyper(_)) && request.version() < Version::HTTP_2 {
+        return check_map(request.headers(), request.version() == Version::HTTP_11);
+    }
+    Ok(())
+}
+
+/// What a listener does with a request.
 enum Route {
     Debug,
     Inference(Endpoint),
     /// `GET /v1/models`: the union of the replicas' lists.
     Models,
-    Other,
+    /// `GET /health`: the gateway's own (200 while a replica takes requests).
+    Health,
+    /// Untouched to a picked replica: the OpenAI routes the gateway does not interpret
+    /// (`/v1/embeddings`, `/v1/responses`) and the paths `[routes] forward` opens.
+    Forward,
+    /// Anything else: a 404 that never reaches a replica (a replica's control endpoints
+    /// among them: `/reset_prefix_cache`, `/sleep`, `/flush_cache`, ...).
+    NotFound,
 }
 
-fn route(role: ListenerRole, request: &Request<ClientBody>) -> Route {
+fn route(role: ListenerRole, opened: &RoutesConfig, request: &Request<ClientBody>) -> Route {
     let path = request.uri().path();
     let asks_debug =
         headers::find(request.headers(), &headers::ENTRY).is_some_and(|v| v.as_bytes() == b"debug");
     if role == ListenerRole::Entry(Entry::Debug) || path.starts_with("/debug/") || asks_debug {
         return Route::Debug;
     }
-    match Endpoint::from_path(path) {
-        Some(endpoint) => Route::Inference(endpoint),
-        None if path == "/v1/models" && request.method() == Method::GET => Route::Models,
-        None => Route::Other,
+    if let Some(endpoint) = Endpoint::from_path(path) {
+        return Route::Inference(endpoint);
     }
+    let method = request.method();
+    match path {
+        "/v1/models" if method == Method::GET => Route::Models,
+        "/health" if method == Method::GET || method == Method::HEAD => Route::Health,
+        "/v1/embeddings" | "/v1/responses" => Route::Forward,
+        _ if path.starts_with("/v1/responses/") => Route::Forward,
+        _ if opened.forwards(path) => Route::Forward,
+        _ => Route::NotFound,
+    }
+}
+
+/// The gateway's own health: 200 (empty, as vLLM answers) while some replica takes new
+/// requests, the OpenAI-shape 503 otherwise.
+fn own_health(state: &GatewayState) -> Result<Response<ProxyBody>, GatewayError> {
+    if !state.picker.snapshot().iter().any(|replica| replica.accepts_new_requests()) {
+        return Err(GatewayError::NoReplica);
+    }
+    Ok(Response::new(crate::gateway::body::empty()))
 }
 
 /// Inference: classify, then admit, pick and forward, then observe.
@@ -347,12 +398,7 @@ async fn read_body(
         Ok(whole) => return Ok(whole),
         Err(body) => body,
     };
-    let declared = parts
-        .headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|length| length > limit as u64) {
+    if declared_length(parts).is_some_and(|length| length > limit as u64) {
         return Err(GatewayError::PayloadTooLarge { limit });
     }
     match Limited::new(DeadlineBody::new(body, deadline), limit).collect().await {
@@ -365,6 +411,12 @@ async fn read_body(
         }
         Err(error) => Err(GatewayError::ClientBody(error)),
     }
+}
+
+/// The body length a request's head declares, if it declares one.
+fn declared_length(parts: &Parts) -> Option<u64> {
+    let value = parts.headers.get(http::header::CONTENT_LENGTH)?;
+    crate::gateway::forward::wire::content_length(value.as_bytes())
 }
 
 /// Debug entry: to the named replica, untouched, no parsing, no retry; only where the
@@ -410,9 +462,10 @@ fn debug_target(
     Ok((name.to_string(), None))
 }
 
-/// Paths the gateway does not interpret (`/v1/models`, `/health`, ...): a picked replica
-/// answers, through the short entry's connections.
-async fn other(
+/// Routes the gateway does not interpret (`/v1/embeddings`, opened paths, `/v1/models`
+/// before the replicas' lists are known): a picked replica answers, through the short
+/// entry's connections.
+async fn forward_untouched(
     state: &Arc<GatewayState>,
     request: Request<ClientBody>,
     ctx: &mut RequestCtx,
@@ -430,11 +483,13 @@ async fn pass_through(
     path: Option<PathAndQuery>,
     ctx: &mut RequestCtx,
 ) -> Result<Response<ProxyBody>, GatewayError> {
+    let limits = (state.config.body_limit_bytes, state.config.reliability.timeouts.client_body);
+    let (parts, body) = request.into_parts();
+    let body = Upload::new(body, declared_length(&parts), limits)?;
+    let request = Request::from_parts(parts, boxed(body));
     let guard = InFlightGuard::acquire(replica.clone(), 0);
     let connector = state.connector(ctx.entry);
     state.metrics.record_overhead(OverheadPhase::Request, ctx.received_at);
-    let deadline = state.config.reliability.timeouts.client_body;
-    let request = request.map(|body| boxed(DeadlineBody::new(body, deadline)));
     let upstream = connector.send(&replica, request, path).await?;
     Ok(respond(state, ctx.hand_over(), Placed::counted(guard), upstream))
 }

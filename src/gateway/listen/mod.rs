@@ -15,6 +15,7 @@ pub mod request_id;
 mod rescue;
 mod respond;
 mod rewind;
+mod upload;
 
 use std::convert::Infallible;
 use std::sync::Arc;

@@ -43,6 +43,8 @@ pub struct ConnectionHeaders {
     content_length: Option<u64>,
     /// Why the `Content-Length` items are not one length.
     content_length_error: Option<&'static str>,
+    /// `Content-Length` items seen, over every line.
+    content_length_items: u32,
     /// `Connection: close`.
     close: bool,
 }
@@ -60,6 +62,7 @@ impl ConnectionHeaders {
     /// Takes in one `Content-Length` value: a comma-separated list of equal lengths.
     fn content_length(&mut self, value: &[u8]) {
         for item in header_items(value) {
+            self.content_length_items += 1;
             match content_length(item) {
                 None => self.content_length_error = Some("bad content-length"),
                 Some(length) if self.content_length.is_some_and(|seen| seen != length) => {
@@ -97,6 +100,9 @@ where
             if head.status == StatusCode::SWITCHING_PROTOCOLS {
                 return Err(WireError::Framing("a switch of protocols was never asked for"));
             }
+            if !is_expected_interim(head.status) {
+                return Err(WireError::Framing("an interim response that was never asked for"));
+            }
             discarded += length;
             searched = 0;
             continue;
@@ -110,6 +116,13 @@ where
             return Err(WireError::ClosedBeforeHead);
         }
     }
+}
+
+/// The interim answers a replica may send before its response: `100 Continue` and
+/// `103 Early Hints`. Any other 1xx was not asked for (the gateway sends no `Expect` and
+/// asks for no upgrade), and a reply that holds one is refused as a whole (HAProxy: 502).
+pub fn is_expected_interim(status: StatusCode) -> bool {
+    status == StatusCode::CONTINUE || status.as_u16() == 103
 }
 
 /// The length of the head (a request's or a response's) at the start of `buffer`, up to
@@ -171,6 +184,12 @@ fn parse(bytes: &[u8]) -> Result<Head, WireError> {
     // A transfer coding overrides a length, which is not passed on (RFC 9112 §6.3).
     let overridden = connection.transfer_encoding;
     let mut headers = kept.finish(connection.content_length.filter(|_| !overridden));
+    // Several lengths that agree are passed on as one (those that disagree fail framing).
+    if let Some(length) = connection.content_length.filter(|_| !overridden)
+        && connection.content_length_items > 1
+    {
+        headers.add(http::header::CONTENT_LENGTH, length.into());
+    }
     if overridden || !listed.is_empty() {
         headers = headers.without(|name| {
             (overridden && name.eq_ignore_ascii_case(b"content-length"))
@@ -195,9 +214,13 @@ pub fn content_length(value: &[u8]) -> Option<u64> {
 }
 
 /// Whether the connection may carry another request after this response: HTTP/1.1
-/// without `Connection: close`, and a body that ends by its framing, not by a close.
+/// without `Connection: close`, a body that ends by its framing, not by a close, and no
+/// length beside a transfer coding (a replica that sends both may have meant the length:
+/// HAProxy closes such a connection too).
 pub fn goes_on(head: &Head, framing: Framing) -> bool {
-    head.version == Version::HTTP_11 && !head.connection.close && framing != Framing::UntilClose
+    let connection = &head.connection;
+    let both = connection.transfer_encoding && connection.content_length_items > 0;
+    head.version == Version::HTTP_11 && !connection.close && !both && framing != Framing::UntilClose
 }
 
 /// How the body after `head` is delimited (RFC 9112 §6.3).

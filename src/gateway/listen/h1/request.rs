@@ -2,9 +2,12 @@
 //! parsed once (header values kept as views into the bytes read), then the body, framed by
 //! its `Content-Length`, read whole within the body deadline. Whatever this reader does
 //! not take on (HTTP/2's preface, HTTP/1.0, chunked or oversized bodies, `Expect`,
-//! upgrades, `CONNECT`, absolute targets, anything malformed or over a limit) is handed,
-//! with every byte read so far, to hyper, whose answers (400, 413, 431, ...) stay the ones
-//! clients get.
+//! upgrades, absolute targets, anything malformed or over a limit) is handed, with every
+//! byte read so far, to hyper, whose answers (400, 413, 431, ...) stay the ones clients
+//! get. An HTTP/1.1 head whose framing is ambiguous (see [`framing`]) is handed to no one:
+//! it is answered with its refusal and the connection closes.
+//!
+//! [`framing`]: crate::gateway::framing
 
 use std::io;
 use std::mem::MaybeUninit;
@@ -18,6 +21,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri, Version};
 use tokio::io::AsyncRead;
 
 use crate::gateway::forward::wire::{content_length, fill, head_length};
+use crate::gateway::framing::{FramingCheck, FramingError, Refused};
 use crate::gateway::listen::body_deadline::BodyTimedOut;
 use crate::gateway::listen::client_body::ClientBody;
 use crate::openai::request::Endpoint;
@@ -151,7 +155,9 @@ where
     std::future::poll_fn(|cx| fill(Pin::new(&mut *io), buffer, cx)).await
 }
 
-/// Parses a whole head; `None` for anything this reader leaves to hyper.
+/// Parses a whole head; `None` for anything this reader leaves to hyper. A head whose
+/// framing is ambiguous is not left to anyone: it comes back marked [`Refused`], without a
+/// body, and the connection closes once it is answered.
 fn parse(bytes: &Bytes, limits: &Limits) -> Option<Head> {
     let mut headers = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; PARSED_HEADERS];
     let mut parsed = httparse::Request::new(&mut []);
@@ -166,7 +172,44 @@ fn parse(bytes: &Bytes, limits: &Limits) -> Option<Head> {
     }
     let method = Method::from_bytes(parsed.method?.as_bytes()).ok()?;
     let target = parsed.path?;
-    if method == Method::CONNECT || !target.starts_with('/') {
+    if method == Method::CONNECT {
+        return Some(refused(method, target, FramingError::Connect));
+    }
+    let mut hand_over = !target.starts_with('/');
+    // Room for the request id, should the gateway add one, without growing the map.
+    let mut map = HeaderMap::with_capacity(parsed.headers.len() + 1);
+    let (mut body_length, mut close) = (None, false);
+    let mut framing = FramingCheck::default();
+    for header in parsed.headers.iter() {
+        let name = HeaderName::from_bytes(header.name.as_bytes()).ok()?;
+        framing.header(&name, header.value);
+        if name == TRANSFER_ENCODING || name == EXPECT || name == UPGRADE {
+            hand_over = true;
+        }
+        if name == CONTENT_LENGTH {
+            // A repeat, even an equal one, is left to hyper's rules.
+            let length = content_length(header.value)
+                .and_then(|length| usize::try_from(length).ok())
+                .filter(|&length| length <= limits.body_bytes);
+            match (body_length, length) {
+                (None, Some(length)) => body_length = Some(length),
+                _ => hand_over = true,
+            }
+        }
+        if name == CONNECTION {
+            for token in std::str::from_utf8(header.value).ok()?.split(',').map(str::trim) {
+                hand_over |= token.eq_ignore_ascii_case("upgrade");
+                close |= token.eq_ignore_ascii_case("close");
+            }
+        }
+        if !hand_over {
+            map.append(name, HeaderValue::from_maybe_shared(bytes.slice_ref(header.value)).ok()?);
+        }
+    }
+    if let Err(error) = framing.finish(true) {
+        return Some(refused(method, target, error));
+    }
+    if hand_over {
         return None;
     }
     let uri = match inference_target(target) {
@@ -175,38 +218,24 @@ fn parse(bytes: &Bytes, limits: &Limits) -> Option<Head> {
         // observer), and a view would keep the whole read buffer alive with it.
         None => Uri::from_maybe_shared(Bytes::copy_from_slice(target.as_bytes())).ok()?,
     };
-    // Room for the request id, should the gateway add one, without growing the map.
-    let mut map = HeaderMap::with_capacity(parsed.headers.len() + 1);
-    let (mut body_length, mut close) = (None, false);
-    for header in parsed.headers.iter() {
-        let name = HeaderName::from_bytes(header.name.as_bytes()).ok()?;
-        if name == TRANSFER_ENCODING || name == EXPECT || name == UPGRADE {
-            return None;
-        }
-        if name == CONTENT_LENGTH {
-            // A repeat, even an equal one, is left to hyper's rules.
-            if body_length.is_some() {
-                return None;
-            }
-            let length = content_length(header.value)?;
-            body_length = Some(usize::try_from(length).ok().filter(|&l| l <= limits.body_bytes)?);
-        }
-        if name == CONNECTION {
-            for token in std::str::from_utf8(header.value).ok()?.split(',').map(str::trim) {
-                if token.eq_ignore_ascii_case("upgrade") {
-                    return None;
-                }
-                close |= token.eq_ignore_ascii_case("close");
-            }
-        }
-        map.append(name, HeaderValue::from_maybe_shared(bytes.slice_ref(header.value)).ok()?);
-    }
     let mut request = Request::new(());
     *request.method_mut() = method;
     *request.uri_mut() = uri;
     *request.version_mut() = Version::HTTP_11;
     *request.headers_mut() = map;
     Some(Head { request, body_length: body_length.unwrap_or(0), close })
+}
+
+/// A head refused for its framing: no headers, no body, and the connection closes after
+/// its answer.
+fn refused(method: Method, target: &str, error: FramingError) -> Head {
+    let uri = Uri::try_from(target).unwrap_or_else(|_| Uri::from_static("/"));
+    let mut request = Request::new(());
+    *request.method_mut() = method;
+    *request.uri_mut() = uri;
+    *request.version_mut() = Version::HTTP_11;
+    request.extensions_mut().insert(Refused(error));
+    Head { request, body_length: 0, close: true }
 }
 
 /// The target of an inference request (`/v1/chat/completions`, `/v1/completions`), parsed

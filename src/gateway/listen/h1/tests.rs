@@ -131,7 +131,7 @@ async fn requests_on_one_connection_are_served_in_turn_with_their_bodies() {
     assert_eq!(read_exactly(&mut h.client, OK.len()).await, OK);
     // Two more in one write (pipelined), the second without a body.
     h.client
-        .write_all(b"POST /a?x=1 HTTP/1.1\r\ncontent-length: 3\r\n\r\nabcGET /b HTTP/1.1\r\n\r\n")
+        .write_all(b"POST /a?x=1 HTTP/1.1\r\nHost: t\r\ncontent-length: 3\r\n\r\nabcGET /b HTTP/1.1\r\nHost: t\r\n\r\n")
         .await
         .unwrap();
     assert_eq!(read_exactly(&mut h.client, 2 * OK.len()).await, OK.repeat(2));
@@ -178,7 +178,7 @@ fn answer_streamed(frames: &'static [&'static str]) -> Answer {
 async fn a_body_of_unknown_size_goes_in_chunks_and_ends_with_the_last_chunk() {
     let mut h = start(LIMITS, answer_streamed(&["data: a\n\n", "", "data: [DONE]\n\n"]));
     h.client
-        .write_all(b"POST /s HTTP/1.1\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+        .write_all(b"POST /s HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
         .await
         .unwrap();
     let expected = "HTTP/1.1 200 OK\r\ndate: D\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n\
@@ -197,7 +197,7 @@ async fn a_declared_length_is_kept_and_a_body_short_of_it_closes_the_connection(
         })
     });
     let mut h = start(LIMITS, answer);
-    h.client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+    h.client.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
     let got = read_to_close(&mut h.client).await;
     assert_eq!(
         got,
@@ -218,7 +218,7 @@ async fn head_and_no_content_answers_carry_no_body() {
     });
     let mut h = start(LIMITS, answer);
     h.client
-        .write_all(b"HEAD / HTTP/1.1\r\n\r\nDELETE /x HTTP/1.1\r\nConnection: close\r\n\r\n")
+        .write_all(b"HEAD / HTTP/1.1\r\nHost: t\r\n\r\nDELETE /x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
         .await
         .unwrap();
     let expected = "HTTP/1.1 200 OK\r\ndate: D\r\nkeep-alive: timeout=75\r\n\r\n\
@@ -230,7 +230,7 @@ async fn head_and_no_content_answers_carry_no_body() {
 async fn a_response_without_a_date_gets_one() {
     let answer: Answer = Arc::new(|_| Box::pin(async { Response::new(full("ok")) }));
     let mut h = start(LIMITS, answer);
-    h.client.write_all(b"GET / HTTP/1.1\r\nconnection: close\r\n\r\n").await.unwrap();
+    h.client.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nconnection: close\r\n\r\n").await.unwrap();
     let got = read_to_close(&mut h.client).await;
     let dates: Vec<&str> = got.lines().filter(|line| line.starts_with("date: ")).collect();
     assert_eq!(dates.len(), 1, "{got}");
@@ -242,13 +242,13 @@ async fn what_the_own_server_does_not_take_on_goes_to_hyper_with_every_byte() {
     let cases: [&[u8]; 9] = [
         b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00",
         b"GET / HTTP/1.0\r\n\r\n",
-        b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
-        b"POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n",
-        b"POST / HTTP/1.1\r\nContent-Length: 2000000\r\n\r\nab",
-        b"POST / HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nab",
-        b"POST / HTTP/1.1\r\nContent-Length: +2\r\n\r\nab",
-        b"GET http://elsewhere/ HTTP/1.1\r\n\r\n",
-        b"GET / HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 2000000\r\n\r\nab",
+        b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nab",
+        b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: +2\r\n\r\nab",
+        b"GET http://elsewhere/ HTTP/1.1\r\nHost: elsewhere\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
     ];
     for case in cases {
         let mut h = start(LIMITS, answer_ok());
@@ -266,9 +266,9 @@ async fn a_connection_goes_to_hyper_after_requests_the_own_server_answered() {
     let mut limits = LIMITS;
     limits.head_bytes = 64;
     let mut h = start(limits, answer_ok());
-    h.client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+    h.client.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
     assert_eq!(read_exactly(&mut h.client, OK.len()).await, OK);
-    let big = format!("GET / HTTP/1.1\r\nx-big: {}\r\n\r\n", "a".repeat(100));
+    let big = format!("GET / HTTP/1.1\r\nHost: t\r\nx-big: {}\r\n\r\n", "a".repeat(100));
     h.client.write_all(big.as_bytes()).await.unwrap();
     h.client.shutdown().await.unwrap();
     h.server.await.unwrap();
@@ -285,7 +285,10 @@ async fn a_body_that_does_not_arrive_in_time_fails_and_the_connection_closes() {
         })
     });
     let mut h = start(LIMITS, answer);
-    h.client.write_all(b"POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc").await.unwrap();
+    h.client
+        .write_all(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nabc")
+        .await
+        .unwrap();
     let got = read_to_close(&mut h.client).await;
     assert!(got.starts_with("HTTP/1.1 408 Request Timeout\r\n"), "{got}");
     assert!(got.contains("connection: close\r\n"), "{got}");
@@ -313,7 +316,7 @@ async fn a_client_that_leaves_while_served_drops_its_request() {
         })
     });
     let mut h = start(LIMITS, answer);
-    h.client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+    h.client.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
     arrival.recv().await.unwrap();
     assert_eq!(dropped.load(Ordering::SeqCst), 0);
     h.client.shutdown().await.unwrap();
@@ -340,7 +343,7 @@ async fn a_close_asked_while_idle_ends_the_connection_and_one_asked_while_servin
         })
     });
     let mut h = start(LIMITS, answer);
-    h.client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+    h.client.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
     arrival.recv().await.unwrap();
     h.closing.cancel();
     release.send(()).unwrap();
@@ -366,7 +369,10 @@ async fn the_connections_own_headers_are_this_connections_and_a_close_in_the_res
         })
     });
     let mut h = start(LIMITS, answer);
-    h.client.write_all(b"GET / HTTP/1.1\r\n\r\nGET /never HTTP/1.1\r\n\r\n").await.unwrap();
+    h.client
+        .write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\nGET /never HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
     let got = read_to_close(&mut h.client).await;
     let expected =
         "HTTP/1.1 200 OK\r\ndate: D\r\ncontent-length: 3\r\nconnection: close\r\n\r\nabc";
@@ -380,11 +386,62 @@ async fn the_connections_own_headers_are_this_connections_and_a_close_in_the_res
 async fn a_body_larger_than_the_room_made_at_once_arrives_whole() {
     let mut h = start(LIMITS, answer_ok());
     let body: Vec<u8> = (0..300_000u32).map(|i| b'a' + (i % 26) as u8).collect();
-    let head = format!("POST /big HTTP/1.1\r\nContent-Length: {}\r\n\r\n", body.len());
+    let head = format!("POST /big HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n", body.len());
     h.client.write_all(head.as_bytes()).await.unwrap();
     for piece in body.chunks(7_000) {
         h.client.write_all(piece).await.unwrap();
     }
     assert_eq!(read_exactly(&mut h.client, OK.len()).await, OK);
     assert_eq!(h.seen.recv().await.unwrap().body.unwrap(), body);
+}
+
+#[tokio::test]
+async fn an_ambiguous_head_is_served_as_refused_and_nothing_after_it_is_read() {
+    use crate::gateway::framing::{FramingError, Refused};
+    let cases: [(&[u8], FramingError); 6] = [
+        (b"CONNECT 127.0.0.1:28003 HTTP/1.1\r\nHost: x\r\n\r\n", FramingError::Connect),
+        (b"GET / HTTP/1.1\r\n\r\n", FramingError::MissingHost),
+        (b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", FramingError::RepeatedHost),
+        (
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 125\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            FramingError::LengthWithTransferEncoding,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+            FramingError::UnsupportedTransferCoding,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n",
+            FramingError::UnsupportedTransferCoding,
+        ),
+    ];
+    for (head, expected) in cases {
+        let (report, mut refusals) = mpsc::unbounded_channel();
+        let (client, server_side) = tokio::io::duplex(1 << 16);
+        let closing = CancellationToken::new();
+        let server = tokio::spawn(async move {
+            let activity = Activity::new();
+            let keep_alive = HeaderValue::from_static("timeout=75");
+            let setup =
+                Setup { limits: LIMITS, keep_alive, activity: &activity, closing: &closing };
+            let service = move |request: Request<ClientBody>, _| {
+                let _ = report.send(request.extensions().get::<Refused>().map(|r| r.0));
+                Box::pin(async { dated(Response::new(full("no"))) })
+            };
+            let hand_over = |_: Rewind<DuplexStream>| async { panic!("handed over") };
+            serve(server_side, setup, service, hand_over).await;
+        });
+        let mut client = client;
+        let mut sent = head.to_vec();
+        sent.extend_from_slice(b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n");
+        client.write_all(&sent).await.unwrap();
+        let answer = read_to_close(&mut client).await;
+        server.await.unwrap();
+        let shown = String::from_utf8_lossy(head);
+        assert_eq!(refusals.recv().await, Some(Some(expected)), "{shown}");
+        // One answer, then the connection closed: the request behind it was never served.
+        assert!(refusals.try_recv().is_err(), "{shown}");
+        assert_eq!(answer.matches("HTTP/1.1 ").count(), 1, "{answer}");
+        assert!(answer.contains("connection: close\r\n"), "{answer}");
+    }
 }
