@@ -233,6 +233,18 @@ impl GatewayError {
         }
     }
 
+    /// Whether the client's connection cannot carry another request after this answer:
+    /// its framing was refused, or its body was not read to its end.
+    pub fn ends_the_connection(&self) -> bool {
+        matches!(
+            self,
+            Self::Framing(_)
+                | Self::ClientBody(_)
+                | Self::ClientBodyTimeout { .. }
+                | Self::PayloadTooLarge { .. }
+        )
+    }
+
     /// The client's error a failure of its streamed body stands for.
     pub fn client_fault(fault: &UploadError) -> Self {
         match fault {
@@ -260,13 +272,15 @@ impl GatewayError {
                 .headers_mut()
                 .insert(http::header::ALLOW, http::HeaderValue::from_static("POST"));
         }
-        if let Self::Framing(error) = self {
-            let headers = response.headers_mut();
-            // What follows a refused head cannot be trusted to start the next request.
-            headers.insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
-            if error == crate::gateway::framing::FramingError::Connect {
-                headers.insert(http::header::ALLOW, http::HeaderValue::from_static("GET, POST"));
-            }
+        if self.ends_the_connection() {
+            // What follows a refused head, or a body not read to its end, cannot be trusted
+            // to start the next request: the connection closes after this answer.
+            let close = http::HeaderValue::from_static("close");
+            response.headers_mut().insert(http::header::CONNECTION, close);
+        }
+        if let Self::Framing(crate::gateway::framing::FramingError::Connect) = self {
+            let allow = http::HeaderValue::from_static("GET, POST");
+            response.headers_mut().insert(http::header::ALLOW, allow);
         }
         if let Self::Unauthorized(_) = self {
             let challenge = http::HeaderValue::from_static("Bearer");

@@ -81,7 +81,9 @@ async fn a_request_that_is_not_streamed_is_not_hedged() {
 #[tokio::test]
 async fn a_stream_still_unanswered_after_its_hedge_is_rescued_when_another_stream_ends() {
     let (addr, mut arrivals) = start_holding_stub().await;
-    let mut config = loopback_config(vec![replica("a", addr)]);
+    // Rescues are `predicted_latency`'s: placement that follows the prompt keeps its pick.
+    let replicas = vec![replica("a", addr)];
+    let mut config = with_policy(loopback_config(replicas), PolicyKind::PredictedLatency);
     // Hedged only when a request asks for a tighter TTFT: the stream that ends is not.
     config.short.slo.ttft = std::time::Duration::from_secs(600);
     config.short.slo.hedge_percent = 10;

@@ -7,9 +7,10 @@
 //! `LANEWAY_SCALE_OUT_REQUESTS=2000 cargo test --release --test gateway_scale_out -- --nocapture`
 //! runs a larger measurement.
 
-use crate::support::gateway::{config_for, start_gateway, start_sims};
+use crate::support::gateway::{config_for, start_gateway, start_sims, with_policy};
 use laneway::bench::{BenchArgs, measure};
 use laneway::gateway::GatewayHandle;
+use laneway::gateway::config::PolicyKind;
 use laneway::sim::SimHandle;
 
 const REPLICAS: usize = 4;
@@ -60,10 +61,12 @@ async fn run_through(name: &str, gateways: &[&GatewayHandle], sims: &[SimHandle]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_balance_the_fleet_as_well_as_one() {
     let sims = start_sims(REPLICAS, 1).await;
-    let first = start_gateway(config_for(&sims)).await;
+    // Balance by load alone: prefix affinity would follow the workload's shared prompts.
+    let by_load = || with_policy(config_for(&sims), PolicyKind::PredictedLatency);
+    let first = start_gateway(by_load()).await;
     let one = run_through("one", &[&first], &sims).await;
 
-    let second = start_gateway(config_for(&sims)).await;
+    let second = start_gateway(by_load()).await;
     let two = run_through("two", &[&first, &second], &sims).await;
     let per_instance = |gateway: &GatewayHandle| {
         gateway

@@ -161,6 +161,15 @@ async fn ambiguous_requests_and_closed_routes_never_reach_a_replica() {
                         case.status, case.reaches
                     ));
                 }
+                // A refused head, or a body not read to its end, ends the connection, and
+                // the answer says so.
+                if [400, 405, 413, 501].contains(&status) {
+                    let head = head.to_ascii_lowercase();
+                    let says_close = head.contains("connection: close\r\n");
+                    if !says_close || head.contains("keep-alive: timeout") {
+                        wrong.push(format!("{label}: the answer does not say it closes: {head}"));
+                    }
+                }
                 // Nothing smuggled behind a refused head was ever read as a request.
                 if requests.iter().any(|r| r.target.contains("smuggled")) {
                     wrong.push(format!("{label}: a smuggled request reached the replica"));

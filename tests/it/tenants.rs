@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::support::gateway::*;
 use laneway::gateway::config::ApiKeys;
+use laneway::gateway::config::PolicyKind;
 use laneway::gateway::config::{TenantConfig, TenantLimits, UnknownModel};
 use laneway::gateway::{GatewayConfig, GatewayHandle};
 use laneway::sim::{self, SimConfig, SimHandle};
@@ -74,7 +75,8 @@ async fn each_model_reaches_only_its_replicas() {
         start_model_sim("alpha-1", "alpha", &["alpha-sql"]).await,
         start_model_sim("beta-0", "beta", &[]).await,
     ];
-    let mut config = config_for(&sims);
+    // Spread by load: every request here sends the same prompt.
+    let mut config = with_policy(config_for(&sims), PolicyKind::LeastQueue);
     config.models.unknown = UnknownModel::Reject;
     config.models.aliases.insert("gpt-4o".into(), "beta".into());
     let gateway = start_gateway(config).await;
@@ -136,7 +138,8 @@ async fn declared_models_and_the_catch_all() {
 async fn by_default_any_name_reaches_any_replica() {
     let sims =
         vec![start_model_sim("a", "alpha", &[]).await, start_model_sim("b", "beta", &[]).await];
-    let gateway = start_gateway(config_for(&sims)).await;
+    // Spread by load: every request here sends the same prompt.
+    let gateway = start_gateway(with_policy(config_for(&sims), PolicyKind::LeastQueue)).await;
     let client = reqwest::Client::new();
     wait_for_models(&client, &gateway, &["alpha", "beta"]).await;
     // A single-model fleet's clients send whatever name they hard-code.

@@ -48,8 +48,12 @@ pub enum PolicyKind {
     LeastQueue,
     /// Each replica in turn: the baseline to compare against.
     RoundRobin,
-    /// Where the prompt's prefix is cached, unless load makes a miss elsewhere faster.
+    /// Where the prompt's prefix is cached, unless load makes a miss elsewhere faster, by a
+    /// configured prefill speed.
     PrefixAware,
+    /// The default: `prefix_aware`'s session and prefix affinity, each candidate judged by
+    /// the latency the gateway measured on it and the request's SLO.
+    PrefixLatency,
     /// Where the request's predicted TTFT and TPOT leave the most room under its SLO.
     PredictedLatency,
 }
@@ -60,6 +64,7 @@ impl PolicyKind {
             Self::LeastQueue => "least_queue",
             Self::RoundRobin => "round_robin",
             Self::PrefixAware => "prefix_aware",
+            Self::PrefixLatency => "prefix_latency",
             Self::PredictedLatency => "predicted_latency",
         }
     }
@@ -69,6 +74,7 @@ impl PolicyKind {
             "least_queue" => Some(Self::LeastQueue),
             "round_robin" => Some(Self::RoundRobin),
             "prefix_aware" => Some(Self::PrefixAware),
+            "prefix_latency" => Some(Self::PrefixLatency),
             "predicted_latency" => Some(Self::PredictedLatency),
             _ => None,
         }

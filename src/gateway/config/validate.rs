@@ -68,11 +68,11 @@ fn error_path(text: &str, error: &toml::de::Error) -> String {
 }
 
 fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
-    let name = raw.policy.as_deref().unwrap_or("predicted_latency");
+    let name = raw.policy.as_deref().unwrap_or("prefix_latency");
     let policy = PolicyKind::parse(name).unwrap_or_else(|| {
         issues.add(
             "policy",
-            format!("unknown policy `{name}` (expected least_queue, round_robin, prefix_aware or predicted_latency)"),
+            format!("unknown policy `{name}` (expected prefix_latency, prefix_aware, predicted_latency, least_queue or round_robin)"),
         );
         PolicyKind::LeastQueue
     });
@@ -387,7 +387,7 @@ mod tests {
         assert_eq!(config.short.strategy, Strategy::ForceClose);
         assert_eq!(config.long.strategy, Strategy::ForceClose);
         assert_eq!(config.debug.strategy, Strategy::KeepAlive);
-        assert_eq!(config.policy, PolicyKind::PredictedLatency);
+        assert_eq!(config.policy, PolicyKind::PrefixLatency);
         assert_eq!(config.short.ready_connections, 0, "connects at request time");
         assert_eq!(config.short.ready_max_idle, Duration::from_millis(10));
     }

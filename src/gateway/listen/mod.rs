@@ -202,7 +202,14 @@ fn hyper_service(
             let mut response = serve.await;
             // hyper writes the map alone.
             ReplicaHeaders::merge_into_map(&mut response);
-            if http1 {
+            // A response that closes its connection announces no keep-alive.
+            let closes = response.headers().get(http::header::CONNECTION).is_some_and(|value| {
+                value
+                    .as_bytes()
+                    .split(|&byte| byte == b',')
+                    .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"close"))
+            });
+            if http1 && !closes {
                 response.headers_mut().insert(KEEP_ALIVE, hint);
             }
             Ok::<_, Infallible>(response.map(|body| HeldBody::new(body, open)))

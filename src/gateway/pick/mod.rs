@@ -145,7 +145,7 @@ impl Picker {
             exclude: exclude.and_then(|name| replicas.iter().position(|r| r.name == name)),
         };
         let index = match prompt {
-            Some(prompt) => policy.pick_prompt(replicas, &context, prompt)?,
+            Some(prompt) => policy.pick_prompt(replicas, &context, prompt, request)?,
             None => policy.pick_for(replicas, &context, request)?,
         };
         Some(replicas[index].clone())
@@ -158,6 +158,9 @@ pub fn new_policy(kind: PolicyKind) -> Box<dyn Policy> {
         PolicyKind::LeastQueue => Box::new(least_queue::LeastQueue::new(rand::random())),
         PolicyKind::RoundRobin => Box::new(round_robin::RoundRobin::default()),
         PolicyKind::PrefixAware => Box::new(prefix::policy::PrefixAware::new(rand::random())),
+        PolicyKind::PrefixLatency => {
+            Box::new(prefix::policy::PrefixAware::measured(rand::random()))
+        }
         PolicyKind::PredictedLatency => Box::new(predict::PredictedLatency::new(rand::random())),
     }
 }

@@ -42,14 +42,16 @@ pub trait Policy: Send + Sync {
         false
     }
 
-    /// Picks for a request whose prompt is known; a policy blind to prompts picks as usual.
+    /// Picks for a request whose prompt is known; a policy blind to prompts picks by the
+    /// request's shape as usual.
     fn pick_prompt(
         &self,
         replicas: &[Arc<Replica>],
         context: &PickContext,
         _prompt: &PromptPick<'_>,
+        request: &RequestShape,
     ) -> Option<usize> {
-        self.pick(replicas, context)
+        self.pick_for(replicas, context, request)
     }
 
     /// As [`Policy::pick`], for a request of known shape; policies blind to requests keep

@@ -169,6 +169,11 @@ impl LatencyEstimate {
         self.placements.load(Ordering::Relaxed)
     }
 
+    /// The learned TTFT slope: seconds per prompt token of prefill.
+    pub fn ttft_slope(&self) -> f64 {
+        f64::from_bits(self.ttft_slope_published.load(Ordering::Relaxed))
+    }
+
     /// When a request of about `prompt_tokens` was last placed on the replica (zero: never).
     pub fn last_placed_for(&self, prompt_tokens: u64) -> u64 {
         self.last_placed_by_size[envelope::bucket(prompt_tokens as f64)].load(Ordering::Relaxed)

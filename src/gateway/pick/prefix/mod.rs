@@ -9,6 +9,7 @@
 pub mod affinity;
 pub mod feedback;
 pub mod index;
+pub mod measured;
 pub mod placement_store;
 pub mod policy;
 pub mod sessions;

@@ -1,4 +1,6 @@
-//! The `prefix_aware` pick. Every candidate's TTFT is estimated with its own expected cache
+//! The `prefix_aware` pick and the default, `prefix_latency`, which differ only in how a
+//! candidate's TTFT is estimated (configured speeds, or measured ones and the SLO: see
+//! [`super::measured`]). Every candidate's TTFT is estimated with its own expected cache
 //! hit (the uncached tail is what it must prefill) and the fastest wins; among equals, the
 //! longest hit, then chance. With a session: its rendezvous replica (its home) while that
 //! is not overloaded and the session was last placed there (or is new); otherwise the same
@@ -19,11 +21,12 @@ use std::sync::Arc;
 
 use super::affinity::{LoadBound, session_places};
 use super::index::Held;
+use super::measured::MeasuredTtft;
 use super::ttft::{QueueTtft, TtftEstimate};
 use super::{PromptKey, PromptPick};
 use crate::gateway::pick::draw::Draws;
 use crate::gateway::pick::least_queue::LeastQueue;
-use crate::gateway::pick::policy::{PickContext, Policy};
+use crate::gateway::pick::policy::{PickContext, Policy, RequestShape};
 use crate::gateway::pick::replica::Replica;
 
 /// Estimates closer than this (in microseconds) are taken as equal.
@@ -35,18 +38,26 @@ pub struct PrefixAware {
     by_load: LeastQueue,
     /// Breaks ties between equally fast candidates.
     ties: Draws,
+    /// Whether candidates are judged by their measured latency (`prefix_latency`, see
+    /// [`super::measured`]) or by the configured prefill speed (`prefix_aware`).
+    measured: bool,
 }
 
 impl PrefixAware {
-    /// Draws (ties, and `least_queue` without a prompt) from `seed`.
+    /// `prefix_aware`: draws (ties, and `least_queue` without a prompt) from `seed`.
     pub fn new(seed: u64) -> Self {
-        Self { by_load: LeastQueue::new(seed), ties: Draws::new(!seed) }
+        Self { by_load: LeastQueue::new(seed), ties: Draws::new(!seed), measured: false }
+    }
+
+    /// `prefix_latency`: the same affinity, judged by measured latency and the SLO.
+    pub fn measured(seed: u64) -> Self {
+        Self { measured: true, ..Self::new(seed) }
     }
 }
 
 impl Policy for PrefixAware {
     fn name(&self) -> &'static str {
-        "prefix_aware"
+        if self.measured { "prefix_latency" } else { "prefix_aware" }
     }
 
     /// Without a prompt (a path the gateway does not interpret): `least_queue`.
@@ -63,6 +74,7 @@ impl Policy for PrefixAware {
         replicas: &[Arc<Replica>],
         context: &PickContext,
         prompt: &PromptPick<'_>,
+        request: &RequestShape,
     ) -> Option<usize> {
         let mut candidates: Vec<usize> =
             (0..replicas.len()).filter(|&i| Some(i) != context.exclude).collect();
@@ -94,12 +106,17 @@ impl Policy for PrefixAware {
         }
         let names: Vec<&str> = candidates.iter().map(|&i| replicas[i].name.as_str()).collect();
         let held = prompt.router.index.lookup(&names, prompt.key.hittable());
-        let estimate = QueueTtft {
+        let configured = QueueTtft {
             prefill_us_per_token: prompt.config.prefill_us_per_token,
             request_us: prompt.config.request_us,
         };
-        let recompute_us_per_token =
-            prompt.config.recompute_weight * prompt.config.prefill_us_per_token;
+        let estimate = if self.measured {
+            MeasuredTtft::for_candidates(replicas, &candidates, request, configured)
+        } else {
+            MeasuredTtft::Configured(configured)
+        };
+        let prefill_us_per_token = estimate.prefill_us_per_token(replicas, &candidates);
+        let recompute_us_per_token = prompt.config.recompute_weight * prefill_us_per_token;
         let chosen = Choice {
             key: prompt.key,
             estimate: &estimate,

@@ -14,7 +14,7 @@ use super::index::{BlockIndex, ENTRY_BYTES, Fill};
 use super::policy::PrefixAware;
 use super::{PrefixRouter, PromptKey, PromptPick, hash_bytes};
 use crate::gateway::config::PrefixConfig;
-use crate::gateway::pick::policy::Policy;
+use crate::gateway::pick::policy::{Policy, RequestShape};
 use crate::gateway::pick::test_fleet::{context, replicas};
 use crate::openai::InferenceRequest;
 use crate::openai::request::Endpoint;
@@ -159,7 +159,9 @@ fn a_session_leaves_its_overloaded_home_only_when_a_miss_elsewhere_is_faster_the
     let home = session_places(&set, &all, hash_bytes(b"conversation-7"), LOOSE).unwrap().home;
     let pick = |key: &PromptKey| {
         let prompt = PromptPick { key, router: &router, config: &config };
-        PrefixAware::new(5).pick_prompt(&set, &context(), &prompt).unwrap()
+        PrefixAware::new(5)
+            .pick_prompt(&set, &context(), &prompt, &RequestShape::default())
+            .unwrap()
     };
     // First turn, nothing cached, home overloaded (20 in flight, none elsewhere): it goes
     // where bounded load sends it.
@@ -191,7 +193,10 @@ fn a_session_leaves_its_overloaded_home_only_when_a_miss_elsewhere_is_faster_the
     // first gateway's memory no longer leads the turn after that (it skipped a turn).
     let other_gateway = Arc::new(PrefixRouter::new(&config, &Registry::new()));
     let prompt = PromptPick { key: &turn_after, router: &other_gateway, config: &config };
-    assert_eq!(PrefixAware::new(5).pick_prompt(&set, &context(), &prompt), Some(home));
+    assert_eq!(
+        PrefixAware::new(5).pick_prompt(&set, &context(), &prompt, &RequestShape::default()),
+        Some(home)
+    );
     other_gateway.place(&set[home], &turn_after).prefill_done();
     let fourth_turn = chat_turn(2000, 3, &headers);
     assert_eq!(pick(&fourth_turn), home, "no longer led to where the session was two turns ago");
@@ -209,7 +214,9 @@ fn place_hot_prompt(count: usize, complete: bool) -> Vec<usize> {
     for n in 0..count {
         let key = key(1, 2000, n as u64 % 3, 16, &HeaderMap::new());
         let prompt = PromptPick { key: &key, router: &router, config: &config };
-        let chosen = PrefixAware::new(5).pick_prompt(&set, &context(), &prompt).unwrap();
+        let chosen = PrefixAware::new(5)
+            .pick_prompt(&set, &context(), &prompt, &RequestShape::default())
+            .unwrap();
         per_replica[chosen] += 1;
         let mut feedback = router.place(&set[chosen], &key);
         if complete {
@@ -277,12 +284,22 @@ fn a_cached_replica_loses_the_request_once_its_queue_outweighs_the_saved_prefill
         let case = format!("weight {weight}, computing {computing}, session {session}");
         set[0].load.prefill_owed_tokens.store(switch_at - 100, Ordering::Relaxed);
         for seed in 0..20 {
-            let chosen = PrefixAware::new(seed).pick_prompt(&set, &context(), &prompt);
+            let chosen = PrefixAware::new(seed).pick_prompt(
+                &set,
+                &context(),
+                &prompt,
+                &RequestShape::default(),
+            );
             assert_eq!(chosen, Some(0), "{case}: the hit is still worth it");
         }
         set[0].load.prefill_owed_tokens.store(switch_at + 100, Ordering::Relaxed);
         for seed in 0..20 {
-            let chosen = PrefixAware::new(seed).pick_prompt(&set, &context(), &prompt);
+            let chosen = PrefixAware::new(seed).pick_prompt(
+                &set,
+                &context(),
+                &prompt,
+                &RequestShape::default(),
+            );
             assert_eq!(chosen, Some(1), "{case}: the queue outweighs the hit");
         }
     }
@@ -398,7 +415,9 @@ fn conversations_opened_at_once_spread_evenly_and_their_next_turns_follow() {
     let router = Arc::new(PrefixRouter::new(&config, &Registry::new()));
     let pick = |key: &PromptKey| {
         let prompt = PromptPick { key, router: &router, config: &config };
-        PrefixAware::new(5).pick_prompt(&set, &context(), &prompt).unwrap()
+        PrefixAware::new(5)
+            .pick_prompt(&set, &context(), &prompt, &RequestShape::default())
+            .unwrap()
     };
     // Sixteen conversations whose rendezvous home is the same replica, opened at once:
     // none has anything cached, and each first turn stays in flight.

@@ -1,0 +1,150 @@
+//! The TTFT estimate of `prefix_latency`, the default policy: prefix and session affinity
+//! judged with what the gateway measured on each replica rather than with configured
+//! speeds. A candidate's first token is predicted by its learned latency model (see
+//! `pick::predict`): the TTFT intercept for the requests it has in flight, plus its
+//! measured prefill slope over the prefill its engine owes and the part of this prompt it
+//! does not hold. A candidate predicted to miss the request's TPOT objective pays a whole
+//! TTFT objective on top: a hit is worth nothing on a replica whose decode is too slow.
+//!
+//! Until every candidate has been measured ([`MIN_PREFILL_SAMPLES`] first tokens each),
+//! the configured queue estimate ([`QueueTtft`]) judges them all: a comparison of one
+//! replica's measurement with another's guess would favour whichever guess is kinder.
+
+use std::sync::Arc;
+
+use super::ttft::{FAILURE_PENALTY_US, QueueTtft, TtftEstimate};
+use crate::gateway::pick::policy::{PickContext, RequestShape};
+use crate::gateway::pick::predict::headroom::FIT_SHARE;
+use crate::gateway::pick::replica::Replica;
+
+/// First tokens a replica must have been measured on before its model is trusted.
+pub const MIN_PREFILL_SAMPLES: u64 = 8;
+
+/// The estimate one pick judges its candidates with.
+pub enum MeasuredTtft<'a> {
+    /// Every candidate measured: learned models, with the request's objectives.
+    Learned { request: &'a RequestShape },
+    /// Some candidate not yet measured: the configured queue estimate for all.
+    Configured(QueueTtft),
+}
+
+impl<'a> MeasuredTtft<'a> {
+    /// Learned if every candidate has been measured enough, else `configured`.
+    pub fn for_candidates(
+        replicas: &[Arc<Replica>],
+        candidates: &[usize],
+        request: &'a RequestShape,
+        configured: QueueTtft,
+    ) -> Self {
+        let measured = |&index: &usize| {
+            let (prefills, _) = replicas[index].latency.samples();
+            prefills >= MIN_PREFILL_SAMPLES
+        };
+        if candidates.iter().all(measured) {
+            Self::Learned { request }
+        } else {
+            Self::Configured(configured)
+        }
+    }
+
+    /// Microseconds a token of prefill costs, for the recompute charge: the candidates'
+    /// mean measured slope, or the configured one.
+    pub fn prefill_us_per_token(&self, replicas: &[Arc<Replica>], candidates: &[usize]) -> f64 {
+        match self {
+            Self::Configured(queue) => queue.prefill_us_per_token,
+            Self::Learned { .. } => {
+                let slopes: f64 = candidates
+                    .iter()
+                    .map(|&index| replicas[index].latency.ttft_slope() * 1e6)
+                    .sum();
+                slopes / candidates.len().max(1) as f64
+            }
+        }
+    }
+}
+
+impl TtftEstimate for MeasuredTtft<'_> {
+    fn ttft_us(&self, replica: &Replica, uncached_tokens: u64, context: &PickContext) -> f64 {
+        let request = match self {
+            Self::Configured(queue) => return queue.ttft_us(replica, uncached_tokens, context),
+            Self::Learned { request } => request,
+        };
+        let estimate = &replica.latency;
+        let in_flight = replica.load.in_flight() + 1;
+        let predicted =
+            estimate.predict(estimate.engine_prefill_tokens(), uncached_tokens, in_flight);
+        let mut us = predicted.ttft * 1e6 + FAILURE_PENALTY_US * replica.load.failures() as f64;
+        let tpot_objective = request.slo.tpot.as_secs_f64();
+        if tpot_objective > 0.0 && predicted.tpot > tpot_objective * FIT_SHARE {
+            us += request.slo.ttft.as_secs_f64() * 1e6;
+        }
+        us
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::gateway::config::EntrySlo;
+    use crate::gateway::pick::test_fleet::{context, replicas};
+
+    /// Teaches `replica` a prefill of `us_per_token` (and 10 ms of intercept) and a decode
+    /// of `tpot_ms` per token, alone on it, over prompts of 500 to 4,000 tokens.
+    fn teach(replica: &Replica, us_per_token: f64, tpot_ms: f64) {
+        for round in 0..4 {
+            for prompt in [500u64, 1000, 2000, 4000] {
+                let seconds = 0.010 + us_per_token * 1e-6 * prompt as f64 + round as f64 * 1e-5;
+                replica.latency.observe_prefill((0, prompt), 0, Duration::from_secs_f64(seconds));
+                replica.latency.observe_decode(1.0, Duration::from_secs_f64(tpot_ms / 1000.0));
+            }
+        }
+    }
+
+    fn shape(tpot_ms: u64) -> RequestShape {
+        let slo = EntrySlo {
+            ttft: Duration::from_secs(1),
+            tpot: Duration::from_millis(tpot_ms),
+            ..EntrySlo::default()
+        };
+        RequestShape { prompt_tokens: 2000, slo }
+    }
+
+    const CONFIGURED: QueueTtft = QueueTtft { prefill_us_per_token: 75.0, request_us: 1000.0 };
+
+    #[test]
+    fn a_candidate_not_yet_measured_puts_every_candidate_on_the_configured_estimate() {
+        let set = replicas(2);
+        teach(&set[0], 100.0, 5.0);
+        let request = shape(50);
+        let estimate = MeasuredTtft::for_candidates(&set, &[0, 1], &request, CONFIGURED);
+        assert!(matches!(estimate, MeasuredTtft::Configured(_)));
+        teach(&set[1], 100.0, 5.0);
+        let estimate = MeasuredTtft::for_candidates(&set, &[0, 1], &request, CONFIGURED);
+        assert!(matches!(estimate, MeasuredTtft::Learned { .. }));
+    }
+
+    #[test]
+    fn measured_prefill_speeds_decide_and_a_tpot_miss_costs_a_whole_objective() {
+        let set = replicas(2);
+        teach(&set[0], 400.0, 5.0);
+        teach(&set[1], 50.0, 5.0);
+        let request = shape(50);
+        let estimate = MeasuredTtft::for_candidates(&set, &[0, 1], &request, CONFIGURED);
+        let slow = estimate.ttft_us(&set[0], 2000, &context());
+        let fast = estimate.ttft_us(&set[1], 2000, &context());
+        // 10 ms + 2,000 tokens at 400 us and at 50 us, within the fit's tolerance.
+        assert!((slow - 810_000.0).abs() < 40_000.0, "{slow}");
+        assert!((fast - 110_000.0).abs() < 20_000.0, "{fast}");
+        // The slow one holding all but 100 tokens of the prompt beats a miss on the fast one.
+        assert!(estimate.ttft_us(&set[0], 100, &context()) < fast);
+        let slopes = estimate.prefill_us_per_token(&set, &[0, 1]);
+        assert!((slopes - 225.0).abs() < 20.0, "{slopes}");
+        // Against a 4 ms TPOT objective both decode too slowly: each pays one objective more.
+        let strict = shape(4);
+        let estimate = MeasuredTtft::for_candidates(&set, &[0, 1], &strict, CONFIGURED);
+        let penalised = estimate.ttft_us(&set[1], 2000, &context());
+        assert!((penalised - fast - 1_000_000.0).abs() < 1.0, "{penalised} against {fast}");
+    }
+}
