@@ -12,6 +12,7 @@ use super::topology::CrossNodeProfile;
 /// The profiles compiled into the binary, by name.
 const BUILT_IN: &[(&str, &str)] = &[
     ("tiny", include_str!("../../config/profiles/tiny.toml")),
+    ("vllm-cpu-tiny", include_str!("../../config/profiles/vllm-cpu-tiny.toml")),
     ("h20-tp4", include_str!("../../config/profiles/h20-tp4.toml")),
     ("h20-tp8", include_str!("../../config/profiles/h20-tp8.toml")),
     ("h20-pp2tp8", include_str!("../../config/profiles/h20-pp2tp8.toml")),

@@ -64,6 +64,10 @@ pub struct Recorder {
     last_token_at: Option<Instant>,
     token_events: u64,
     usage: Option<Usage>,
+    /// When the stream's `data: [DONE]` passed to the client: its answer is whole, even if
+    /// the client leaves before the upstream body's own end (the official client closes
+    /// right after `[DONE]`, before the chunked terminator arrives).
+    done_at: Option<Instant>,
     finished: bool,
     canary: Option<CanaryRecorder>,
     /// A `prefix_aware` prediction: released at the first token, checked at the end.
@@ -102,6 +106,7 @@ impl Recorder {
             last_token_at: None,
             token_events: 0,
             usage: None,
+            done_at: None,
             finished: false,
             canary: None,
             capacity: None,
@@ -154,6 +159,7 @@ impl Recorder {
 
     fn on_event(&mut self, event: SseEvent, now: Instant) {
         let SseEvent::Data { has_choices, usage, .. } = event else {
+            self.done_at.get_or_insert(now);
             return;
         };
         if let Some(usage) = usage {
@@ -286,8 +292,12 @@ impl Recorder {
 
 impl Drop for Recorder {
     fn drop(&mut self) {
-        // Dropped before the end: hyper drops the body when the client goes away.
-        self.finish(Outcome::ClientGone, Instant::now());
+        // Dropped before the body's end: the client went away (the server drops the body
+        // then), after its whole answer if the stream's `[DONE]` had passed.
+        match self.done_at {
+            Some(done_at) => self.finish(Outcome::Complete, done_at),
+            None => self.finish(Outcome::ClientGone, Instant::now()),
+        }
     }
 }
 
@@ -403,6 +413,33 @@ mod tests {
         );
         // Without usage (the dropped stream), the prompt estimate is used.
         assert_eq!(metrics.prompt_tokens.with_label_values(&tokens).get(), 5 + 5 + 5 + 11);
+    }
+
+    #[test]
+    fn a_stream_dropped_after_its_done_is_complete_and_one_dropped_before_is_not() {
+        let metrics = Arc::new(GatewayMetrics::new());
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let tokens = b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n\
+                       data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\n";
+        // The client reads [DONE] and closes before the upstream body's own end.
+        let mut whole = recorder(&metrics, BodyKind::Stream, start);
+        feed(&mut whole, tokens, at(100));
+        feed(&mut whole, b"data: [DONE]\n\n", at(130));
+        drop(whole);
+        let disconnects =
+            || metrics.request_errors.with_label_values(&["short", "client_disconnect"]).get();
+        assert_eq!(disconnects(), 0);
+        let tpot = metrics.tpot.with_label_values(&labels());
+        assert_eq!(tpot.get_sample_count(), 1);
+        let e2e = metrics.e2e.with_label_values(&labels());
+        assert!((e2e.get_sample_sum() - 0.130).abs() < 1e-9, "ends at its [DONE]");
+        // Gone before [DONE]: a disconnect, and no TPOT.
+        let mut cut = recorder(&metrics, BodyKind::Stream, start);
+        feed(&mut cut, tokens, at(100));
+        drop(cut);
+        assert_eq!(disconnects(), 1);
+        assert_eq!(tpot.get_sample_count(), 1);
     }
 
     #[tokio::test]

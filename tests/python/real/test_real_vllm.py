@@ -69,7 +69,7 @@ def complete_chat(gw, content, max_tokens: int = 8, headers=None):
 def check_stream(chunks, usage, max_tokens: int):
     assert chunks[0].choices[0].delta.role == "assistant"
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert text.strip()
+    assert text
     finals = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     assert finals == ["length"]
     assert not chunks[-1].choices, "the usage chunk comes last, with no choices"
@@ -88,7 +88,7 @@ def test_short_entry_streams_and_completes(gateway, replicas):
     assert headers["x-laneway-replica"] in names(replicas)
     assert completion.model == SERVED_MODEL
     assert completion.choices[0].message.role == "assistant"
-    assert completion.choices[0].message.content.strip()
+    assert completion.choices[0].message.content
     assert completion.choices[0].finish_reason == "length"
     assert completion.usage.completion_tokens == 8
     assert 20 <= completion.usage.prompt_tokens < LONG_THRESHOLD
@@ -196,9 +196,31 @@ def test_gateway_metrics_measure_real_requests(gateway, replicas):
         ttft = metric(samples, "laneway_ttft_seconds_sum", **labels)
         e2e = metric(samples, "laneway_e2e_seconds_sum", **labels)
         assert 0 < ttft <= e2e < 60
-        assert metric(samples, "laneway_tpot_seconds_count", **labels) == 1
         assert metric(samples, "laneway_prompt_tokens_total", **labels) == usage.prompt_tokens
         assert metric(samples, "laneway_completion_tokens_total", **labels) == usage.completion_tokens
+
+
+def test_streams_read_to_done_by_the_official_client_count_as_complete(gateway, replicas):
+    """The `openai` client closes its connection as soon as it has read `data: [DONE]`: the
+    stream reached it whole, so the gateway must record it as complete (a TPOT sample, no
+    `client_disconnect`), as it does for a client that also reads the chunked terminator."""
+    gw = gateway()
+    streams = 20
+    for i in range(streams):
+        _, chunks, usage = stream_chat(gw, salted_text(30, f"complete-{i}"), 8)
+        check_stream(chunks, usage, 8)
+
+    def recorded():
+        samples = gw.metrics()
+        return samples if metric(samples, "laneway_e2e_seconds_count", entry="short") == streams else None
+
+    samples = poll(recorded, 5, "every stream's end recorded")
+    disconnects = metric(samples, "laneway_request_errors_total", kind="client_disconnect")
+    tpots = metric(samples, "laneway_tpot_seconds_count", entry="short")
+    assert (disconnects, tpots) == (0, streams), (
+        f"of {streams} streams read whole (through `data: [DONE]`), {disconnects:.0f} were "
+        f"counted as client_disconnect and {streams - tpots:.0f} got no TPOT sample"
+    )
 
 
 def test_admin_replicas_show_the_engines_running_requests(gateway, replicas):
@@ -211,9 +233,11 @@ def test_admin_replicas_show_the_engines_running_requests(gateway, replicas):
         streams = [client.stream("POST", f"{busy.url}/v1/chat/completions", json=body) for _ in range(2)]
         responses = [stream.__enter__() for stream in streams]
         try:
-            for response in responses:
+            # Kept: a line iterator that is dropped closes its response (and vLLM aborts it).
+            lines = [response.iter_lines() for response in responses]
+            for response, response_lines in zip(responses, lines):
                 assert response.status_code == 200
-                next(response.iter_lines())
+                assert next(response_lines).startswith("data: ")
 
             def seen():
                 view = gw.replicas()
