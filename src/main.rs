@@ -25,6 +25,18 @@ enum Command {
     Sim(laneway::sim::SimArgs),
     /// Run the load generator against one or more targets.
     Bench(laneway::bench::BenchArgs),
+    /// Configuration file tools.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Print every configuration key (type, default, bounds, meaning) as Markdown: the
+    /// source of docs/configuration-reference.md.
+    Reference,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -37,8 +49,16 @@ fn main() -> anyhow::Result<()> {
             Some(Command::Serve(args)) => laneway::gateway::run(args).await,
             Some(Command::Sim(args)) => laneway::sim::run(args).await,
             Some(Command::Bench(args)) => laneway::bench::run(args).await,
+            Some(Command::Config { command }) => config(command),
         }
     })
+}
+
+fn config(command: ConfigCommand) -> anyhow::Result<()> {
+    match command {
+        ConfigCommand::Reference => print!("{}", laneway::gateway::config::reference::markdown()?),
+    }
+    Ok(())
 }
 
 /// One core (a pinned process, a one-CPU container) gets tokio's single-threaded scheduler:

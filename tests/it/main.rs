@@ -11,6 +11,7 @@ mod bench_metrics;
 mod bench_plan;
 mod bench_prefix_workloads;
 mod bench_workload;
+mod config_reference;
 mod deploy_metrics;
 mod gateway_access_log;
 mod gateway_admin;

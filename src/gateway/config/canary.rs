@@ -137,7 +137,7 @@ pub(super) fn variants(
             if parsed.is_none() {
                 issues.add(
                     format!("{path}.policy"),
-                    format!("unknown policy `{name}` (expected least_queue, round_robin, prefix_aware or predicted_latency)"),
+                    format!("unknown policy `{name}` (expected prefix_latency, prefix_aware, predicted_latency, least_queue or round_robin)"),
                 );
             }
             parsed

@@ -13,6 +13,7 @@ mod models;
 mod prefix;
 mod quota_store;
 mod raw;
+pub mod reference;
 pub mod reliability;
 mod routes;
 mod slo;
