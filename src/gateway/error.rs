@@ -7,7 +7,6 @@ use crate::error_chain::ErrorChain;
 use crate::gateway::body::{BoxError, ProxyBody, boxed};
 use crate::gateway::client_fault::UploadError;
 use crate::gateway::config::UnknownEntry;
-use crate::gateway::health::FailureReason;
 use crate::gateway::secrets::AuthError;
 use crate::openai::{ApiError, ErrorKind, RequestParseError};
 
@@ -34,7 +33,7 @@ pub enum GatewayError {
     UnknownReplica(String),
     /// Downstream: no replica serves the model and the config maps it nowhere.
     #[error("{0}")]
-    ModelNotFound(#[from] crate::gateway::pick::serving::ModelNotFound),
+    ModelNotFound(#[from] ModelNotFound),
     /// Downstream: the tenant is over one of its limits.
     #[error("{0}")]
     QuotaExceeded(#[from] crate::gateway::quota::QuotaExceeded),
@@ -108,6 +107,33 @@ pub enum GatewayError {
         #[source]
         source: BoxError,
     },
+}
+
+/// The model named is served by no replica and the config does not map it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("The model `{0}` does not exist.")]
+pub struct ModelNotFound(pub String);
+
+/// What went wrong on a request, as passive health counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureReason {
+    Connect,
+    Reset,
+    ServerError,
+    Timeout,
+}
+
+impl FailureReason {
+    pub const ALL: [Self; 4] = [Self::Connect, Self::Reset, Self::ServerError, Self::Timeout];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Connect => "connect",
+            Self::Reset => "reset",
+            Self::ServerError => "5xx",
+            Self::Timeout => "timeout",
+        }
+    }
 }
 
 /// Which side of the gateway a failure is on: where an operator looks first.

@@ -128,7 +128,7 @@ pub struct AdmissionConfig {
     /// replica in the N-1 headroom.
     pub max_in_flight_per_replica: u64,
     /// Streamed requests a replica may have been sent and not answered yet (no response
-    /// headers); more wait at the gateway ([`crate::gateway::forward::answer_gate`]).
+    /// headers); more wait at the gateway ([`crate::gateway::pick::answer_gate`]).
     pub max_unanswered_per_replica: u64,
     /// Requests that may wait for room; more get 429 at once.
     pub queue_size: usize,

@@ -11,12 +11,12 @@ use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_util::either::Either;
 
-use super::addresses::ReplicaAddresses;
 use super::upstream_body::UpstreamBody;
 use super::upstream_error::{self, ConnectError, connect_failed};
 use super::wire::{self, After, Outgoing, Socket};
 use crate::gateway::error::GatewayError;
 use crate::gateway::pick::Replica;
+use crate::gateway::pick::addresses::ReplicaAddresses;
 use crate::gateway::tls::upstream::UpstreamTls;
 
 /// Where a connection goes: borrowed from the replica, so building one costs nothing.

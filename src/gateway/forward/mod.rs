@@ -1,8 +1,6 @@
 //! Phase 3, forward: sends a request to the picked replica with its entry's connection
 //! strategy, and streams the answer back untouched.
 
-pub mod addresses;
-pub mod answer_gate;
 pub mod debug;
 pub mod force_close;
 pub mod keep_alive;

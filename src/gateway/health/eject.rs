@@ -11,27 +11,7 @@ use crate::gateway::clock::micros_after;
 use crate::gateway::config::reliability::HealthConfig;
 use crate::gateway::pick::{Picker, Replica};
 
-/// What went wrong on a request, as passive health counts it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailureReason {
-    Connect,
-    Reset,
-    ServerError,
-    Timeout,
-}
-
-impl FailureReason {
-    pub const ALL: [Self; 4] = [Self::Connect, Self::Reset, Self::ServerError, Self::Timeout];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Connect => "connect",
-            Self::Reset => "reset",
-            Self::ServerError => "5xx",
-            Self::Timeout => "timeout",
-        }
-    }
-}
+pub use crate::gateway::error::FailureReason;
 
 /// Records request outcomes per replica and ejects the outliers.
 pub struct HealthTracker {

@@ -1,6 +1,10 @@
 //! Phase 2, pick: chooses the replica for a request from a lock-free snapshot of the
-//! replica set (behind `ArcSwap`) and per-replica atomic load figures.
+//! replica set (behind `ArcSwap`) and per-replica atomic load figures. Each replica also
+//! holds its resolved addresses ([`addresses`]) and the gate on its unanswered requests
+//! ([`answer_gate`]), which the forward phase reads.
 
+pub mod addresses;
+pub mod answer_gate;
 mod draw;
 pub mod freed;
 pub mod guard;

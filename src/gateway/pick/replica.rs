@@ -1,8 +1,8 @@
 //! One replica as the picker sees it: its address and the lock-free load figures that the
 //! request path, the in-flight guard and the metrics scraper update.
 
-use crate::gateway::forward::addresses::ReplicaAddresses;
-use crate::gateway::forward::answer_gate::AnswerGate;
+use super::addresses::ReplicaAddresses;
+use super::answer_gate::AnswerGate;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 

@@ -19,10 +19,7 @@ pub struct ModelRoute {
     pub label: String,
 }
 
-/// The model named is served by no replica and the config does not map it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("The model `{0}` does not exist.")]
-pub struct ModelNotFound(pub String);
+pub use crate::gateway::error::ModelNotFound;
 
 /// The label of requests whose model is not known to be served.
 pub const OTHER_MODEL_LABEL: &str = "other";
