@@ -4,6 +4,7 @@
 # --api-workers 4` replicas on loopback).
 #
 #   benches/peers.sh [--quick] [install|short|long|overhead|streams|prefix|topologies|degraded|hetero|sweep|all]...
+#   benches/peers.sh [--quick] [real-conv|real-prefix|real-mixed|real-entries]...
 #
 # Parts: short (1000/300/c6 and a short-output sweep), long (9000/600/c2, 50000/1000/c1),
 # overhead (tiny requests at 5,000 req/s open loop, then saturation), streams (5,000
@@ -14,6 +15,9 @@
 # 2 cores, 3 of them building laneway); `--quick` runs a much smaller version of each
 # (about 2.5 minutes after the build). degraded, hetero and sweep (benches/peers/routing.sh)
 # compare balancing on slowed, mixed and small fleets; `all` leaves them out.
+# real-conv, real-prefix, real-mixed and real-entries measure on two real vLLM replicas
+# (benches/peers/real.sh, which lists its targets, workloads and REAL_* settings), with their
+# results in benches/results/<date>-real[-quick]/; `all` leaves them out.
 # Results go to benches/results/<date>[-quick]/ (override with PEERS_OUT=DIR):
 # results.md, one JSON per case, SVG charts per case.
 #
@@ -31,6 +35,7 @@ for arg in "$@"; do
     case "$arg" in
         --quick) QUICK=1 ;;
         install | short | long | overhead | streams | prefix | topologies | degraded | hetero | sweep | all) PARTS+=("$arg") ;;
+        real-conv | real-prefix | real-mixed | real-entries) PARTS+=("$arg") ;;
         -h | --help) sed -n '2,/^set -euo/p' "$0" | grep '^#'; exit 0 ;;
         *) echo "unknown argument: $arg (see --help)" >&2; exit 2 ;;
     esac
@@ -118,6 +123,8 @@ source "$PEERS_DIR/prefix.sh"
 source "$PEERS_DIR/topologies.sh"
 # Parts degraded, hetero and sweep.
 source "$PEERS_DIR/routing.sh"
+# Parts real-conv, real-prefix, real-mixed and real-entries (real vLLM replicas).
+source "$PEERS_DIR/real.sh"
 
 # ------------------------------------------------------------------------------ install
 install_tools() {
@@ -444,9 +451,11 @@ describe_machine() {
         echo "| vllm-router | $("$VENV/bin/python" -m pip show vllm-router 2>/dev/null | sed -n 's/^Version: //p') |"
         echo "| laneway | $(git -C "$ROOT" rev-parse --short HEAD) |"
         echo
+        if real_only; then real_machine_notes; else
         echo "Pinning: ${PIN_PROXY[*]:-none} for the proxy under comparison, ${PIN_FLEET[*]:-none} for the simulated fleet and the load generator."
         echo "Targets are measured in interleaved rounds (A B C ... A B C ...), so machine noise falls on all alike."
         echo "Direct = the load generator's own round robin over both replicas, keep-alive, no proxy."
+        fi
         echo
     } >"$OUT/results.md"
 }
@@ -469,9 +478,14 @@ main() {
             degraded) part_degraded ;;
             hetero) part_hetero ;;
             sweep) part_sweep ;;
+            real-conv) part_real_conv ;;
+            real-prefix) part_real_prefix ;;
+            real-mixed) part_real_mixed ;;
+            real-entries) part_real_entries ;;
         esac
     done
-    python3 "$PEERS_DIR/verdict.py" targets "$OUT" | tee -a "$OUT/results.md"
+    real_only || python3 "$PEERS_DIR/verdict.py" targets "$OUT" | tee -a "$OUT/results.md"
+    real_overview | tee -a "$OUT/results.md"
     log "done in $((SECONDS - STARTED_AT)) s: $OUT/results.md"
 }
 

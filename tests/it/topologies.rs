@@ -216,6 +216,8 @@ async fn the_gateway_judges_n_minus_one_per_fault_unit() {
     ];
     let mut config = loopback_config(replicas);
     config.capacity.window = std::time::Duration::from_millis(100);
+    // Spread by load: every request sends the same prompt, which affinity would keep on one.
+    config.policy = laneway::gateway::config::PolicyKind::PredictedLatency;
     let gateway = start_gateway(config).await;
     let client = reqwest::Client::new();
     let report = || async {

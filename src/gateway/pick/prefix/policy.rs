@@ -25,7 +25,7 @@ use super::measured::MeasuredTtft;
 use super::ttft::{QueueTtft, TtftEstimate};
 use super::{PromptKey, PromptPick};
 use crate::gateway::pick::draw::Draws;
-use crate::gateway::pick::least_queue::LeastQueue;
+use crate::gateway::pick::least_queue::{self, LeastQueue};
 use crate::gateway::pick::policy::{PickContext, Policy, RequestShape};
 use crate::gateway::pick::replica::Replica;
 
@@ -121,6 +121,7 @@ impl Policy for PrefixAware {
             key: prompt.key,
             estimate: &estimate,
             recompute_us_per_token,
+            tie: if self.measured { MEASURED_TIE } else { Tie::Exact },
             ties: &self.ties,
         };
         fastest(replicas, &candidates, &held, &chosen, context)
@@ -132,8 +133,9 @@ impl Policy for PrefixAware {
 /// `recompute_us_per_token`, unless a second copy pays: recomputing a copy still being
 /// computed only duplicates work that the requests queued behind pay for, and a session's
 /// conversation follows the session, so moving it throws its copy away; copying a
-/// computed prompt that any request may send buys a second replica to hit on. Ties go to
-/// the longest hit, then to chance (so an idle fleet spreads new prefixes).
+/// computed prompt that any request may send buys a second replica to hit on. Costs within
+/// [`Choice::tie`] of the lowest are equal; among equals, the least loaded when the choice
+/// balances ties, then the longest hit, then chance (so an idle fleet spreads new prefixes).
 pub fn fastest(
     replicas: &[Arc<Replica>],
     candidates: &[usize],
@@ -159,11 +161,45 @@ pub fn fastest(
         })
         .collect();
     let best = scored.iter().map(|s| s.0).fold(f64::INFINITY, f64::min);
-    let fastest = scored.iter().filter(|s| s.0 <= best + TIE_US);
-    let longest = fastest.clone().map(|s| s.1).max()?;
-    let ties: Vec<usize> = fastest.filter(|s| s.1 == longest).map(|s| s.2).collect();
+    let mut equals: Vec<&(f64, usize, usize)> =
+        scored.iter().filter(|s| s.0 <= best + choice.tie.us(best)).collect();
+    if choice.tie.balances_load() && equals.len() > 1 {
+        let load = |s: &&(f64, usize, usize)| least_queue::score(&replicas[s.2], context);
+        let least = equals.iter().map(load).fold(f64::INFINITY, f64::min);
+        equals.retain(|s| load(s) <= least);
+    }
+    let longest = equals.iter().map(|s| s.1).max()?;
+    let ties: Vec<usize> = equals.iter().filter(|s| s.1 == longest).map(|s| s.2).collect();
     Some(ties[choice.ties.below(ties.len())])
 }
+
+/// When two candidates' costs count as equal.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Tie {
+    /// Equal to the microsecond, broken by the longest hit (`prefix_aware`).
+    Exact,
+    /// Equal within the noise of a measured prediction: `share` of the lowest cost, at
+    /// least `floor_us`, broken by load first (`prefix_latency`). Measured estimates never
+    /// agree to the microsecond, and a prefix every prompt shares (a chat template's first
+    /// block) otherwise sent every request of a lightly loaded fleet to one replica.
+    Measured { share: f64, floor_us: f64 },
+}
+
+impl Tie {
+    fn us(self, best: f64) -> f64 {
+        match self {
+            Self::Exact => TIE_US,
+            Self::Measured { share, floor_us } => (best * share).max(floor_us),
+        }
+    }
+
+    fn balances_load(self) -> bool {
+        matches!(self, Self::Measured { .. })
+    }
+}
+
+/// `prefix_latency`'s tie: predictions within 10% or 2 ms of the fastest are equals.
+pub const MEASURED_TIE: Tie = Tie::Measured { share: 0.10, floor_us: 2000.0 };
 
 /// What [`fastest`] weighs a request by: its prompt, the TTFT estimate, the cost of
 /// recomputing a prefix another candidate holds, and the tie-breaker.
@@ -173,5 +209,7 @@ pub struct Choice<'a> {
     /// Microseconds charged per prompt token a candidate would prefill beyond the
     /// best-cached candidate, when a second copy would not pay (see [`fastest`]).
     pub recompute_us_per_token: f64,
+    /// When costs count as equal, and how equals are told apart.
+    pub tie: Tie,
     pub ties: &'a Draws,
 }

@@ -483,3 +483,31 @@ fn a_reported_eviction_teaches_the_replica_capacity() {
     index.forget_replica("r0");
     assert_eq!(index.fill("r0"), None, "a replica that left is learned again");
 }
+
+/// A prefix every prompt shares (here the first block of a short system message) is not
+/// worth a queue: `prefix_latency` takes predictions within its tie as equal and sends the
+/// request to the less loaded replica, where `prefix_aware`, exact to the microsecond,
+/// follows the block. A long hit still wins under both.
+#[test]
+fn a_trivially_shared_block_does_not_herd_prefix_latency_but_a_long_hit_wins() {
+    let set = replicas(2);
+    let router = Arc::new(PrefixRouter::new(&PrefixConfig::default(), &Registry::new()));
+    let config = PrefixConfig::default();
+    let shared_block = key(3, 16, 1, 2000, &HeaderMap::new());
+    router.place(&set[0], &shared_block).prefill_done();
+    set[0].load.in_flight.store(1, Ordering::Relaxed);
+    let fresh = key(3, 16, 2, 2000, &HeaderMap::new());
+    assert!(router.index.lookup(&["r0", "r1"], fresh.hittable())[0].blocks >= 1);
+    let pick = |policy: &PrefixAware, key: &PromptKey| {
+        let prompt = PromptPick { key, router: &router, config: &config };
+        policy.pick_prompt(&set, &context(), &prompt, &RequestShape::default()).unwrap()
+    };
+    for seed in 0..8 {
+        assert_eq!(pick(&PrefixAware::measured(seed), &fresh), 1, "seed {seed}");
+        assert_eq!(pick(&PrefixAware::new(seed), &fresh), 0, "seed {seed}");
+    }
+    // The whole 2,000-token prompt cached on the busier replica: 150 ms of prefill saved
+    // against 1 ms of queue.
+    assert_eq!(pick(&PrefixAware::measured(5), &shared_block), 0);
+    assert_eq!(pick(&PrefixAware::new(5), &shared_block), 0);
+}

