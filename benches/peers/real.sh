@@ -31,6 +31,8 @@
 #   REAL_FLEET=vllm|sim       sim: two `laneway sim` (tiny profile with a 16k context, model
 #                             `tiny`, REAL_API_SERVERS API workers) instead of vLLM, to check
 #                             the harness where no engine runs
+#   REAL_SIM_PROFILE=NAME     with REAL_FLEET=sim, this built-in profile instead (vllm-cpu-tiny:
+#                             the real engine simulated; benches/sim_vs_real.sh)
 #   REAL_API_SERVERS=K        API processes per replica (default 2)
 #   REAL_ENTRIES_API_SERVERS  the counts real-entries runs through (default "2 4")
 #   REAL_ROUNDS=N             interleaved rounds (default 3)
@@ -41,6 +43,7 @@
 
 REAL_REPLICAS="${REAL_REPLICAS:-}"
 REAL_FLEET="${REAL_FLEET:-vllm}"
+REAL_SIM_PROFILE="${REAL_SIM_PROFILE:-}"
 REAL_API_SERVERS="${REAL_API_SERVERS:-2}"
 REAL_ENTRIES_API_SERVERS="${REAL_ENTRIES_API_SERVERS:-2 4}"
 REAL_ROUNDS="${REAL_ROUNDS:-3}"
@@ -129,17 +132,23 @@ real_fleet_up() {
     fi
     real_fleet_down
     if [[ "$REAL_FLEET" == sim ]]; then
-        local config="$WORK/sim-tiny-16k.toml" core
+        local config="$WORK/sim-tiny-16k.toml" core profile_desc
+        local profile=(--config "$config")
         sed -e 's/^max_model_len = .*/max_model_len = 16384/' "$ROOT/config/profiles/tiny.toml" >"$config"
+        profile_desc="tiny profile, max_model_len 16384"
+        if [[ -n "$REAL_SIM_PROFILE" ]]; then
+            profile=(--profile "$REAL_SIM_PROFILE")
+            profile_desc="profile $REAL_SIM_PROFILE"
+        fi
         for core in 0 1; do
-            taskset -c "$core" "$LANEWAY" sim --port 0 --config "$config" --served-model-name tiny \
+            taskset -c "$core" "$LANEWAY" sim --port 0 "${profile[@]}" --served-model-name tiny \
                 --api-workers "$api" --id "real-sim-$core" >"$WORK/real-sim-$core.out" 2>"$WORK/real-sim-$core.err" &
             PIDS+=($!)
             REAL_SIM_PIDS+=($!)
         done
         R0="$(listening_url "$WORK/real-sim-0.out")"
         R1="$(listening_url "$WORK/real-sim-1.out")"
-        REAL_FLEET_DESC="REAL_FLEET=sim: two \`laneway sim\` (tiny profile, max_model_len 16384, $api API workers), pinned to cores 0 and 1"
+        REAL_FLEET_DESC="REAL_FLEET=sim: two \`laneway sim\` ($profile_desc, $api API workers), pinned to cores 0 and 1"
     else
         local need_mib avail_mib base status=0
         # ~4 GiB a replica with one API process (4.9 GiB measured with two), ~1 GiB each
