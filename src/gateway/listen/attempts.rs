@@ -28,6 +28,7 @@ use crate::gateway::error::GatewayError;
 use crate::gateway::observe::OverheadPhase;
 use crate::gateway::pick::predict::headroom::predicted_for;
 use crate::gateway::pick::predict::{EngineEntry, LatencyProbe};
+use crate::gateway::pick::prefix::PrefixFeedback;
 use crate::gateway::pick::{InFlightGuard, Picker, PromptKey, PromptPick, Replica, RequestShape};
 use crate::gateway::state::GatewayState;
 use crate::gateway::state::variants::Variant;
@@ -100,10 +101,16 @@ pub async fn forward(
     let mut prefix_feedback = key.as_ref().map(|key| prefix.place(&replica, key));
     // A streamed request's prompt reaches the engine when the replica answers.
     let entry = if request.streams { EngineEntry::AtAnswer } else { EngineEntry::AtPlacement };
-    let probe = |replica: &Arc<Replica>| {
-        LatencyProbe::begin(replica.clone(), ctx.prompt_tokens, Instant::now(), entry)
+    // The prefill a request owes its replica is the part of its prompt not cached there:
+    // what the replica's latency model predicts with and learns its slope from. Learnt from
+    // whole prompts, a fleet that mostly hits taught a slope near zero, and a hit looked worth
+    // nothing against load.
+    let probe = |replica: &Arc<Replica>, feedback: Option<&PrefixFeedback>| {
+        let cached = feedback.map_or(0, PrefixFeedback::predicted_tokens);
+        let owed = ctx.prompt_tokens.saturating_sub(cached);
+        LatencyProbe::begin(replica.clone(), owed, Instant::now(), entry)
     };
-    let mut placement = probe(&replica);
+    let mut placement = probe(&replica, prefix_feedback.as_ref());
     state.shared.retry_budget.deposit();
     let reliability = &state.config.reliability;
     let connector = &request.variant.connector;
@@ -194,7 +201,7 @@ pub async fn forward(
                 }
                 replica = next.replica().clone();
                 prefix_feedback = key.as_ref().map(|key| prefix.place(&replica, key));
-                placement = probe(&replica);
+                placement = probe(&replica, prefix_feedback.as_ref());
                 guard = next;
                 attempt += 1;
             }
