@@ -24,7 +24,7 @@ async fn raw_status(gateway: &GatewayHandle, request: &[u8]) -> u16 {
 }
 
 /// Reads until a response head has arrived or the server closed (bounded at 10 s).
-async fn read_head(stream: &mut (impl tokio::io::AsyncRead + Unpin)) -> String {
+pub(crate) async fn read_head(stream: &mut (impl tokio::io::AsyncRead + Unpin)) -> String {
     let mut received = Vec::new();
     let mut buffer = [0u8; 4096];
     let read = async {

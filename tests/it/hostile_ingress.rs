@@ -85,18 +85,7 @@ fn to_debug(bytes: &[u8]) -> Vec<u8> {
 async fn exchange(addr: std::net::SocketAddr, request: &[u8]) -> (u16, String) {
     let mut stream = TcpStream::connect(addr).await.unwrap();
     let _ = stream.write_all(request).await;
-    let mut received = Vec::new();
-    let mut buffer = [0u8; 4096];
-    let read = async {
-        while !received.windows(4).any(|w| w == b"\r\n\r\n") {
-            match stream.read(&mut buffer).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => received.extend_from_slice(&buffer[..n]),
-            }
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), read).await.expect("no answer within 10 s");
-    let text = String::from_utf8_lossy(&received).into_owned();
+    let text = crate::hostile::read_head(&mut stream).await;
     let status = text.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or(0);
     (status, text)
 }
