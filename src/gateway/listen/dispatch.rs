@@ -10,18 +10,18 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::uri::PathAndQuery;
 use http::{Method, Request, Response, Version};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::BodyExt;
 use tracing::Instrument;
 
 use super::ListenerRole;
 use super::attempts::{self, Forwarding};
-use super::body_deadline::{BodyTimedOut, DeadlineBody};
 use super::client_body::ClientBody;
 use super::respond::{Placed, respond, tag};
 use super::upload::Upload;
 use crate::gateway::admission::HeldBody;
 use crate::gateway::body::{ProxyBody, boxed};
 use crate::gateway::classify::{self, ClassifyMethod, model_name};
+use crate::gateway::client_fault;
 use crate::gateway::config::{DEFAULT_BAND, Entry, Flow, MAX_BAND, RoutesConfig};
 use crate::gateway::context::RequestCtx;
 use crate::gateway::error::{GatewayError, Side};
@@ -398,18 +398,14 @@ async fn read_body(
         Ok(whole) => return Ok(whole),
         Err(body) => body,
     };
-    if declared_length(parts).is_some_and(|length| length > limit as u64) {
-        return Err(GatewayError::PayloadTooLarge { limit });
-    }
-    match Limited::new(DeadlineBody::new(body, deadline), limit).collect().await {
+    // The same limits and the same errors as a body streamed through (see [`Upload`]).
+    let upload = Upload::new(body, declared_length(parts), (limit, deadline))?;
+    match upload.collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(error) if error.is::<LengthLimitError>() => {
-            Err(GatewayError::PayloadTooLarge { limit })
-        }
-        Err(error) if error.is::<BodyTimedOut>() => {
-            Err(GatewayError::ClientBodyTimeout { after: deadline })
-        }
-        Err(error) => Err(GatewayError::ClientBody(error)),
+        Err(error) => Err(match client_fault::under(error.as_ref()) {
+            Some(fault) => GatewayError::client_fault(fault),
+            None => GatewayError::ClientBody(error),
+        }),
     }
 }
 
