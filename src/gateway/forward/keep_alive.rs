@@ -13,10 +13,9 @@ use hyper_util::client::legacy::connect::{CaptureConnection, HttpConnector, capt
 use hyper_util::rt::TokioExecutor;
 
 use super::force_close::Upstream;
-use super::request::header_items;
 use super::upstream_body::UpstreamBody;
 use super::upstream_error;
-use super::wire::{WireError, content_length};
+use super::wire::{ContentLengths, WireError};
 use crate::error_chain::ErrorChain;
 use crate::gateway::body::ProxyBody;
 use crate::gateway::error::GatewayError;
@@ -107,18 +106,20 @@ fn sound_framing<B>(response: &mut Response<B>) -> Framing {
             None => Framing::Sound,
         };
     }
-    let values: Vec<&[u8]> =
-        headers.get_all(CONTENT_LENGTH).iter().flat_map(|v| header_items(v.as_bytes())).collect();
-    if values.len() < 2 {
+    let mut lengths = ContentLengths::default();
+    for value in headers.get_all(CONTENT_LENGTH) {
+        lengths.add(value.as_bytes());
+    }
+    if lengths.items() < 2 {
         return Framing::Sound;
     }
-    let lengths: Option<Vec<u64>> = values.into_iter().map(content_length).collect();
-    match lengths {
-        Some(lengths) if lengths.windows(2).all(|pair| pair[0] == pair[1]) => {
-            headers.insert(CONTENT_LENGTH, lengths[0].into());
+    match lengths.agreed() {
+        Ok(Some(length)) => {
+            headers.insert(CONTENT_LENGTH, length.into());
             Framing::Mended
         }
-        _ => Framing::Broken("content-lengths disagree"),
+        Ok(None) => Framing::Sound,
+        Err(reason) => Framing::Broken(reason),
     }
 }
 

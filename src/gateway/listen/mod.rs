@@ -39,7 +39,7 @@ use crate::gateway::body::ProxyBody;
 use crate::gateway::config::Entry;
 use crate::gateway::config::GatewayConfig;
 use crate::gateway::forward::replica_headers::ReplicaHeaders;
-use crate::gateway::forward::request::KEEP_ALIVE;
+use crate::gateway::forward::request::{KEEP_ALIVE, header_items};
 use crate::gateway::state::reload::LiveState;
 use crate::gateway::tls;
 use client_body::ClientBody;
@@ -204,10 +204,7 @@ fn hyper_service(
             ReplicaHeaders::merge_into_map(&mut response);
             // A response that closes its connection announces no keep-alive.
             let closes = response.headers().get(http::header::CONNECTION).is_some_and(|value| {
-                value
-                    .as_bytes()
-                    .split(|&byte| byte == b',')
-                    .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"close"))
+                header_items(value.as_bytes()).any(|token| token.eq_ignore_ascii_case(b"close"))
             });
             if http1 && !closes {
                 response.headers_mut().insert(KEEP_ALIVE, hint);

@@ -39,12 +39,8 @@ pub struct ConnectionHeaders {
     transfer_encoding: bool,
     /// Its last coding named was `chunked`.
     chunked_last: bool,
-    /// The `Content-Length` every item agreed on.
-    content_length: Option<u64>,
-    /// Why the `Content-Length` items are not one length.
-    content_length_error: Option<&'static str>,
-    /// `Content-Length` items seen, over every line.
-    content_length_items: u32,
+    /// The `Content-Length` items, over every line.
+    lengths: ContentLengths,
     /// `Connection: close`.
     close: bool,
 }
@@ -59,25 +55,50 @@ impl ConnectionHeaders {
         }
     }
 
-    /// Takes in one `Content-Length` value: a comma-separated list of equal lengths.
-    fn content_length(&mut self, value: &[u8]) {
-        for item in header_items(value) {
-            self.content_length_items += 1;
-            match content_length(item) {
-                None => self.content_length_error = Some("bad content-length"),
-                Some(length) if self.content_length.is_some_and(|seen| seen != length) => {
-                    self.content_length_error = Some("content-lengths disagree");
-                }
-                Some(length) => self.content_length = Some(length),
-            }
-        }
-    }
-
     /// Takes in one `Connection` value; returns the header names it lists, each
     /// connection-specific too and so left out as well.
     fn connection<'a>(&mut self, value: &'a [u8]) -> impl Iterator<Item = &'a [u8]> {
         self.close |= header_items(value).any(|token| token.eq_ignore_ascii_case(b"close"));
         listed_names(value)
+    }
+}
+
+/// A response's `Content-Length` items, over every line (and every comma-separated item of
+/// a line): the one length they agree on, or why they are not one. The pooled client's
+/// responses are judged by the same rule (`keep_alive`).
+#[derive(Debug, Default)]
+pub struct ContentLengths {
+    agreed: Option<u64>,
+    error: Option<&'static str>,
+    items: u32,
+}
+
+impl ContentLengths {
+    /// Takes in one `Content-Length` value: a comma-separated list of equal lengths.
+    pub fn add(&mut self, value: &[u8]) {
+        for item in header_items(value) {
+            self.items += 1;
+            match content_length(item) {
+                None => self.error = Some("bad content-length"),
+                Some(length) if self.agreed.is_some_and(|seen| seen != length) => {
+                    self.error = Some("content-lengths disagree");
+                }
+                Some(length) => self.agreed = Some(length),
+            }
+        }
+    }
+
+    /// Items seen.
+    pub fn items(&self) -> u32 {
+        self.items
+    }
+
+    /// The length every item agreed on (`None`: no item), or why they do not agree.
+    pub fn agreed(&self) -> Result<Option<u64>, &'static str> {
+        match self.error {
+            Some(error) => Err(error),
+            None => Ok(self.agreed),
+        }
     }
 }
 
@@ -175,7 +196,7 @@ fn parse(bytes: &[u8]) -> Result<Head, WireError> {
             continue;
         }
         if name.eq_ignore_ascii_case(b"content-length") {
-            connection.content_length(header.value);
+            connection.lengths.add(header.value);
         }
         // httparse let through only what a header name and value may hold (the same bytes
         // `HeaderName` and `HeaderValue` take).
@@ -183,10 +204,11 @@ fn parse(bytes: &[u8]) -> Result<Head, WireError> {
     }
     // A transfer coding overrides a length, which is not passed on (RFC 9112 §6.3).
     let overridden = connection.transfer_encoding;
-    let mut headers = kept.finish(connection.content_length.filter(|_| !overridden));
+    let length = connection.lengths.agreed().ok().flatten().filter(|_| !overridden);
+    let mut headers = kept.finish(length);
     // Several lengths that agree are passed on as one (those that disagree fail framing).
-    if let Some(length) = connection.content_length.filter(|_| !overridden)
-        && connection.content_length_items > 1
+    if let Some(length) = length
+        && connection.lengths.items() > 1
     {
         headers.add(http::header::CONTENT_LENGTH, length.into());
     }
@@ -219,7 +241,7 @@ pub fn content_length(value: &[u8]) -> Option<u64> {
 /// HAProxy closes such a connection too).
 pub fn goes_on(head: &Head, framing: Framing) -> bool {
     let connection = &head.connection;
-    let both = connection.transfer_encoding && connection.content_length_items > 0;
+    let both = connection.transfer_encoding && connection.lengths.items() > 0;
     head.version == Version::HTTP_11 && !connection.close && !both && framing != Framing::UntilClose
 }
 
@@ -235,10 +257,8 @@ pub fn framing(head: &Head, head_request: bool) -> Result<Framing, WireError> {
     if connection.transfer_encoding {
         return Ok(if connection.chunked_last { Framing::Chunked } else { Framing::UntilClose });
     }
-    if let Some(error) = connection.content_length_error {
-        return Err(WireError::Framing(error));
-    }
-    Ok(connection.content_length.map_or(Framing::UntilClose, Framing::Length))
+    let length = connection.lengths.agreed().map_err(WireError::Framing)?;
+    Ok(length.map_or(Framing::UntilClose, Framing::Length))
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use http::{Method, Response};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use body::{Keep, WireBody, fill};
-pub use head::{content_length, head_length};
+pub use head::{ContentLengths, content_length, head_length};
 pub use request::{Buffered, Outgoing};
 pub use socket::{Socket, still_open};
 
