@@ -8,6 +8,8 @@
 # Targets of real-conv, real-prefix and real-mixed, each at its best:
 #   laneway                the build under test, its default policy (no `policy` key)
 #   laneway-prefix         policy = "prefix_aware"
+#   laneway-long-keep-alive  the default with the long entry on `keep_alive` (in REAL_PEERS only
+#                          when asked: the long entry's strategy on mixed traffic)
 #   haproxy-lc-close-nd    HAProxy balance leastconn + option httpclose + option http-no-delay
 #   sglang-cache-aware     sglang-router --policy cache_aware
 #   vllm-cache-aware       vllm-router --policy cache_aware
@@ -37,9 +39,17 @@
 #   REAL_ENTRIES_API_SERVERS  the counts real-entries runs through (default "2 4")
 #   REAL_ROUNDS=N             interleaved rounds (default 3)
 #   REAL_PEERS                targets, among `laneway laneway-prefix haproxy sglang vllm`
+#                             and `laneway-long-keep-alive`
+#   REAL_BASELINE=BINARY      adds target `laneway-baseline`: that build (e.g. main's before a
+#                             change) with the default configuration, beside the build under test
 #   REAL_LANEWAY_CONFIG       TOML (printf %b escapes) appended to every laneway target's
 #                             configuration; it follows [[replicas]], so tables only
 #   REAL_SEED (47), REAL_SLO_TTFT_MS (1000), REAL_SLO_TPOT_MS (50)
+#   REAL_CONV_CLIENTS (16), REAL_CONV_TURNS (5)            real-conv's shape (full run)
+#   REAL_PREFIX_GROUPS (8), REAL_PREFIX_RATE (4), REAL_PREFIX_REQUESTS (150)   real-prefix's
+#   REAL_MIXED_RATE (1.5), REAL_MIXED_REQUESTS (100)       real-mixed's
+#                             (other shapes of the same class of traffic; --quick halves
+#                             the counts)
 
 REAL_REPLICAS="${REAL_REPLICAS:-}"
 REAL_FLEET="${REAL_FLEET:-vllm}"
@@ -49,9 +59,17 @@ REAL_ENTRIES_API_SERVERS="${REAL_ENTRIES_API_SERVERS:-2 4}"
 REAL_ROUNDS="${REAL_ROUNDS:-3}"
 REAL_PEERS="${REAL_PEERS:-laneway laneway-prefix haproxy sglang vllm}"
 REAL_LANEWAY_CONFIG="${REAL_LANEWAY_CONFIG:-}"
+REAL_BASELINE="${REAL_BASELINE:-}"
 REAL_SEED="${REAL_SEED:-47}"
 REAL_SLO_TTFT_MS="${REAL_SLO_TTFT_MS:-1000}"
 REAL_SLO_TPOT_MS="${REAL_SLO_TPOT_MS:-50}"
+REAL_CONV_CLIENTS="${REAL_CONV_CLIENTS:-16}"
+REAL_CONV_TURNS="${REAL_CONV_TURNS:-5}"
+REAL_PREFIX_GROUPS="${REAL_PREFIX_GROUPS:-8}"
+REAL_PREFIX_RATE="${REAL_PREFIX_RATE:-4}"
+REAL_PREFIX_REQUESTS="${REAL_PREFIX_REQUESTS:-150}"
+REAL_MIXED_RATE="${REAL_MIXED_RATE:-1.5}"
+REAL_MIXED_REQUESTS="${REAL_MIXED_REQUESTS:-100}"
 REAL_VLLM="$ROOT/scripts/real-vllm.sh"
 
 # A run of real parts only writes to a folder of its own.
@@ -195,10 +213,11 @@ real_warm_up() {
 }
 
 # ----------------------------------------------------------------------------- targets
-# real_start_laneway NAME TOP TABLES: the build under test in front of R0 and R1; TOP lines
-# go before any table (e.g. a policy), TABLES after them, REAL_LANEWAY_CONFIG last.
+# real_start_laneway NAME TOP TABLES [BINARY]: the build under test (or BINARY) in front of
+# R0 and R1; TOP lines go before any table (e.g. a policy), TABLES after them,
+# REAL_LANEWAY_CONFIG last.
 real_start_laneway() {
-    local name="$1" top="$2" tables="$3" port admin config
+    local name="$1" top="$2" tables="$3" binary="${4:-$LANEWAY}" port admin config
     port="$(free_port)"
     admin="$(free_port)"
     config="$WORK/$name.toml"
@@ -210,7 +229,7 @@ real_start_laneway() {
         printf '[[replicas]]\nname = "r0"\nurl = "%s"\n[[replicas]]\nname = "r1"\nurl = "%s"\n' "$R0" "$R1"
         [[ -n "$REAL_LANEWAY_CONFIG" ]] && printf '%b\n' "$REAL_LANEWAY_CONFIG"
     } >"$config"
-    "$LANEWAY" serve --config "$config" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+    "$binary" serve --config "$config" >"$WORK/$name.out" 2>"$WORK/$name.err" &
     PIDS+=($!)
     register_target "$name" "http://127.0.0.1:$port" "http://127.0.0.1:$admin/health" 30 "$WORK/$name.err"
 }
@@ -220,10 +239,15 @@ real_start_peers() {
     # shellcheck disable=SC2034 # read by start_haproxy_on and start_router_on (peers.sh)
     local PIN_PROXY=() peer
     TARGETS=()
-    for peer in $REAL_PEERS; do
+    local peers="$REAL_PEERS"
+    [[ -n "$REAL_BASELINE" ]] && peers="laneway-baseline $peers"
+    for peer in $peers; do
         case "$peer" in
             laneway) real_start_laneway laneway "" "" ;;
+            laneway-baseline) real_start_laneway laneway-baseline "" "" "$REAL_BASELINE" ;;
             laneway-prefix) real_start_laneway laneway-prefix 'policy = "prefix_aware"' "" ;;
+            laneway-long-keep-alive)
+                real_start_laneway laneway-long-keep-alive "" $'[entries.long]\nstrategy = "keep_alive"' ;;
             haproxy) start_haproxy_on haproxy-lc-close-nd leastconn close nodelay "$R0" "$R1" ;;
             sglang) start_router_on sglang cache_aware "$R0" "$R1" ;;
             vllm) start_router_on vllm cache_aware "$R0" "$R1" ;;
@@ -331,27 +355,27 @@ real_part() {
 }
 
 part_real_conv() {
-    local conversations=16 turns=5
-    [[ $QUICK -eq 1 ]] && { conversations=8; turns=3; }
+    local conversations="$REAL_CONV_CLIENTS" turns="$REAL_CONV_TURNS"
+    [[ $QUICK -eq 1 ]] && { conversations=$(((conversations + 1) / 2)); turns=$((turns > 3 ? 3 : turns)); }
     real_part "Real engine: multi-turn conversations" real-conv conv \
         "$conversations conversations x $turns turns, closed loop" \
         --clients "$conversations" --turns "$turns" --input-tokens 400 --output-tokens 64
 }
 
 part_real_prefix() {
-    local requests=150
-    [[ $QUICK -eq 1 ]] && requests=40
+    local requests="$REAL_PREFIX_REQUESTS" groups="$REAL_PREFIX_GROUPS" rate="$REAL_PREFIX_RATE"
+    [[ $QUICK -eq 1 ]] && requests=$(((requests * 4 + 14) / 15))
     real_part "Real engine: shared prefixes" real-prefix prefix \
-        "8 groups x 3000-token context + 100-token question, Poisson 4/s" \
-        --groups 8 --context-tokens 3000 --input-tokens 100 --output-tokens 32 --rate 4 --requests "$requests"
+        "$groups groups x 3000-token context + 100-token question, Poisson $rate/s" \
+        --groups "$groups" --context-tokens 3000 --input-tokens 100 --output-tokens 32 --rate "$rate" --requests "$requests"
 }
 
 part_real_mixed() {
-    local requests=100
-    [[ $QUICK -eq 1 ]] && requests=30
+    local requests="$REAL_MIXED_REQUESTS" rate="$REAL_MIXED_RATE"
+    [[ $QUICK -eq 1 ]] && requests=$(((requests * 3 + 9) / 10))
     real_part "Real engine: mixed short and long" real-mixed mixed \
-        "70% 500/100 + 30% 4000/200, Poisson 1.5/s" \
-        --mix "0.7:500/100,0.3:4000/200" --rate 1.5 --requests "$requests"
+        "70% 500/100 + 30% 4000/200, Poisson $rate/s" \
+        --mix "0.7:500/100,0.3:4000/200" --rate "$rate" --requests "$requests"
 }
 
 # real-entries: laneway alone, its short and long entries' strategies (README "Upstream

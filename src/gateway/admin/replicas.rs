@@ -54,7 +54,7 @@ fn describe(state: &GatewayState, replica: &Replica, now: Instant) -> Value {
 /// What predicted-latency placement has learned of the replica (seconds), so that an
 /// operator can see why it is or is not picked.
 fn latency_estimate(replica: &Replica) -> Value {
-    let view = replica.latency.view();
+    let view = replica.latency.view(Instant::now());
     json!({
         "ttft_seconds_per_token": view.ttft_seconds_per_token,
         "ttft_intercept_by_others_in_flight": view.ttft_intercepts,
@@ -64,6 +64,8 @@ fn latency_estimate(replica: &Replica) -> Value {
         "pending_prefill_tokens": view.pending_prefill_tokens,
         "engine_prefill_tokens": view.engine_prefill_tokens,
         "placements": view.placements,
+        "waiting_streams": view.waiting_streams,
+        "late_factor": view.late_factor,
         "prefill_samples": view.samples.0,
         "decode_samples": view.samples.1,
     })

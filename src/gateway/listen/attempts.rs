@@ -310,7 +310,7 @@ async fn rescue_when_freed<S>(
     // capacity a rescue would be one more request on a busy process.
     let in_time = |freed: &Replica| {
         let left = request.shape.slo.ttft.saturating_sub(sent_at.elapsed());
-        predicted_for(freed, &request.shape).ttft <= left.as_secs_f64()
+        predicted_for(freed, &request.shape, Instant::now()).ttft <= left.as_secs_f64()
     };
     let placed_there = |freed: &Replica| {
         in_time(freed)

@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 use super::concurrency::{COUNTS, TtftByConcurrency, slot};
 use super::envelope;
 use super::fit::DecayedLine;
+use super::overdue::{Overdue, Waiting};
 use crate::gateway::clock;
 use crate::gateway::pick::replica::Replica;
 
@@ -54,6 +55,9 @@ pub struct LatencyEstimate {
     /// first tokens "behind" 9,000 such tokens) and 9,000-token prompts were sent where
     /// they missed their objective.
     engine_prefill_tokens: AtomicU64,
+    /// Streamed requests waiting for their first token, against their predictions: a
+    /// slowdown shows there before any slow first token teaches the model.
+    overdue: Overdue,
     /// Requests ever placed on the replica.
     placements: AtomicU64,
     /// When a request of each prompt size ([`envelope::bucket`]) was last placed
@@ -101,6 +105,7 @@ impl Default for LatencyEstimate {
         Self {
             pending_prefill_tokens: AtomicU64::new(0),
             engine_prefill_tokens: AtomicU64::new(0),
+            overdue: Overdue::default(),
             placements: AtomicU64::new(0),
             last_placed_by_size: std::array::from_fn(|_| AtomicU64::new(0)),
             decode_published: publish(&models.decode),
@@ -154,6 +159,10 @@ pub struct EstimateView {
     pub placements: u64,
     /// Samples each model has had: `(prefill, decode)`.
     pub samples: (u64, u64),
+    /// Streamed requests waiting for their first token, and how many times later than
+    /// predicted they are as picks see it (1: on time; [`Overdue::factor`]).
+    pub waiting_streams: u64,
+    pub late_factor: f64,
 }
 
 impl LatencyEstimate {
@@ -179,8 +188,27 @@ impl LatencyEstimate {
         self.last_placed_by_size[envelope::bucket(prompt_tokens as f64)].load(Ordering::Relaxed)
     }
 
+    /// [`Self::predict`] for a pick at `now`: the TTFT scaled by how late the replica's
+    /// waiting streams are ([`Overdue::factor`]).
+    pub fn predict_at(
+        &self,
+        now: Instant,
+        queued_ahead: u64,
+        prompt_tokens: u64,
+        in_flight: u64,
+    ) -> Predicted {
+        let mut predicted = self.predict(queued_ahead, prompt_tokens, in_flight);
+        predicted.ttft *= self.overdue.factor(now);
+        predicted
+    }
+
+    /// How many times later than predicted the replica's waiting streams are (1: on time).
+    pub fn late_factor(&self, now: Instant) -> f64 {
+        self.overdue.factor(now)
+    }
+
     /// TTFT for `prompt_tokens` placed behind `queued_ahead` prompt tokens, and TPOT with
-    /// `in_flight` streams (this one included) on the replica.
+    /// `in_flight` streams (this one included) on the replica, from the model alone.
     pub fn predict(&self, queued_ahead: u64, prompt_tokens: u64, in_flight: u64) -> Predicted {
         let slope = f64::from_bits(self.ttft_slope_published.load(Ordering::Relaxed));
         let (c, d) = read(&self.decode_published);
@@ -226,8 +254,8 @@ impl LatencyEstimate {
         (models.prefill.samples(), models.decode.samples())
     }
 
-    /// The published coefficients and counters.
-    pub fn view(&self) -> EstimateView {
+    /// The published coefficients and counters, as of `now`.
+    pub fn view(&self, now: Instant) -> EstimateView {
         EstimateView {
             ttft_seconds_per_token: f64::from_bits(
                 self.ttft_slope_published.load(Ordering::Relaxed),
@@ -239,6 +267,8 @@ impl LatencyEstimate {
             engine_prefill_tokens: self.engine_prefill_tokens(),
             placements: self.placements(),
             samples: self.samples(),
+            waiting_streams: self.overdue.waiting(),
+            late_factor: self.overdue.factor(now),
         }
     }
 }
@@ -267,6 +297,8 @@ pub struct LatencyProbe {
     others: u64,
     predicted_ttft: f64,
     placed_at: Instant,
+    /// A streamed request's share of the replica's waiting ones, until its first token.
+    waiting: Option<Waiting>,
     prefill_open: bool,
     /// Streams in flight on the replica when this one's first token came.
     decoding_with: Option<u64>,
@@ -289,6 +321,10 @@ impl LatencyProbe {
         let in_flight = replica.load.in_flight().max(1);
         let ahead = estimate.engine_prefill_tokens();
         let predicted_ttft = estimate.predict(ahead, prompt_tokens, in_flight).ttft;
+        // Against the model's own prediction, not a scaled one: a late replica's new
+        // requests would otherwise excuse the lateness of those before them.
+        let waiting =
+            (entry == EngineEntry::AtAnswer).then(|| estimate.overdue.enter(now, predicted_ttft));
         let mut probe = Self {
             replica,
             prompt_tokens,
@@ -296,6 +332,7 @@ impl LatencyProbe {
             others: in_flight - 1,
             predicted_ttft,
             placed_at: now,
+            waiting,
             prefill_open: true,
             decoding_with: None,
         };
@@ -352,6 +389,9 @@ impl LatencyProbe {
             return false;
         }
         let estimate = &self.replica.latency;
+        if let Some(waiting) = self.waiting.take() {
+            estimate.overdue.leave(waiting);
+        }
         let owed = self.prompt_tokens;
         give_back(&estimate.pending_prefill_tokens, owed);
         if self.queued_ahead.is_some() {

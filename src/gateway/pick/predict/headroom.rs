@@ -38,6 +38,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use crate::gateway::pick::draw::Draws;
 use crate::gateway::pick::least_queue;
@@ -100,8 +101,9 @@ pub struct Margins {
 }
 
 impl Margins {
-    pub fn of(replica: &Replica, request: &RequestShape) -> Self {
-        let predicted = predicted_for(replica, request);
+    /// `request`'s margins on `replica` at `now`.
+    pub fn of(replica: &Replica, request: &RequestShape, now: Instant) -> Self {
+        let predicted = predicted_for(replica, request, now);
         // The TTFT judged is a spread above the mean: where first tokens are fast or late
         // by which API process takes the connection, the mean alone meets an objective
         // that many requests miss.
@@ -123,17 +125,17 @@ impl Margins {
     }
 }
 
-/// What `replica`'s estimate predicts for one more request of this shape, behind the
-/// prefill its engine owes and beside the requests it has in flight.
-pub fn predicted_for(replica: &Replica, request: &RequestShape) -> Predicted {
+/// What `replica`'s estimate predicts at `now` for one more request of this shape, behind
+/// the prefill its engine owes and beside the requests it has in flight.
+pub fn predicted_for(replica: &Replica, request: &RequestShape, now: Instant) -> Predicted {
     let in_flight = replica.load.in_flight() + 1;
     let estimate = &replica.latency;
-    estimate.predict(estimate.engine_prefill_tokens(), request.prompt_tokens, in_flight)
+    estimate.predict_at(now, estimate.engine_prefill_tokens(), request.prompt_tokens, in_flight)
 }
 
 /// The margin a request would have on `replica`; below zero, a predicted SLO miss.
-pub fn headroom(replica: &Replica, request: &RequestShape) -> f64 {
-    Margins::of(replica, request).headroom()
+pub fn headroom(replica: &Replica, request: &RequestShape, now: Instant) -> f64 {
+    Margins::of(replica, request, now).headroom()
 }
 
 /// Whether a headroom means both predictions are within `FIT_SHARE` of the SLO.
@@ -180,7 +182,7 @@ impl Policy for PredictedLatency {
         for step in 0..count {
             let index = nth_candidate((start + step) % count, context);
             let replica = &replicas[index];
-            let margins = Margins::of(replica, request);
+            let margins = Margins::of(replica, request, context.now);
             let room = margins.headroom();
             if fits(room) {
                 let score = least_queue::score(replica, context);

@@ -1,13 +1,15 @@
 //! Predicted-latency placement: per-replica latency estimates learned from the gateway's
 //! own streams ([`estimate`], over the line fit in [`fit`] and the TTFT-by-concurrency
 //! curve in [`concurrency`], whose slope per prompt token is [`envelope`]'s) and the policy that places each request on the least loaded
-//! replica predicted to meet its SLO ([`headroom`]).
+//! replica predicted to meet its SLO ([`headroom`]); its predictions are scaled up while a
+//! replica's waiting streams are late ([`overdue`]).
 
 pub mod concurrency;
 pub mod envelope;
 pub mod estimate;
 pub mod fit;
 pub mod headroom;
+pub mod overdue;
 #[cfg(test)]
 mod tests;
 

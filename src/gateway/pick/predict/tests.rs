@@ -130,7 +130,7 @@ fn slope_with_prompts_stuck_in_preprocessing(entry: EngineEntry) -> f64 {
         probe.first_token(start + line(prompt));
         drop(stuck);
     }
-    replica.latency.view().ttft_seconds_per_token
+    replica.latency.view(Instant::now()).ttft_seconds_per_token
 }
 
 #[test]
@@ -358,7 +358,8 @@ fn past_capacity_a_coin_flip_in_time_beats_a_steady_miss() {
         replica.load.in_flight.store(3, Ordering::Relaxed);
     }
     let request = with_slo(1000, 500, 50);
-    let margins: Vec<Margins> = set.iter().map(|r| Margins::of(r, &request)).collect();
+    let margins: Vec<Margins> =
+        set.iter().map(|r| Margins::of(r, &request, Instant::now())).collect();
     // Neither fits, and mean plus spread reads r0 as the nearer miss (-18% against -40%)...
     assert!(margins.iter().all(|m| !fits(m.headroom())), "{margins:?}");
     assert!(margins[0].headroom() > margins[1].headroom(), "{margins:?}");

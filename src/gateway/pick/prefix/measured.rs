@@ -3,7 +3,8 @@
 //! speeds. A candidate's first token is predicted by its learned latency model (see
 //! `pick::predict`): the TTFT intercept for the requests it has in flight, plus its
 //! measured prefill slope over the prefill its engine owes and the part of this prompt it
-//! does not hold. A candidate predicted to miss the request's TPOT objective pays a whole
+//! does not hold, scaled up while its waiting streams are late (`predict::overdue`). A
+//! candidate predicted to miss the request's TPOT objective pays a whole
 //! TTFT objective on top: a hit is worth nothing on a replica whose decode is too slow.
 //!
 //! Until every candidate has been measured ([`MIN_PREFILL_SAMPLES`] first tokens each),
@@ -66,13 +67,17 @@ impl<'a> MeasuredTtft<'a> {
 impl TtftEstimate for MeasuredTtft<'_> {
     fn ttft_us(&self, replica: &Replica, uncached_tokens: u64, context: &PickContext) -> f64 {
         let request = match self {
-            Self::Configured(queue) => return queue.ttft_us(replica, uncached_tokens, context),
+            // Late waiting streams are evidence whatever judges the rest.
+            Self::Configured(queue) => {
+                let late = replica.latency.late_factor(context.now);
+                return queue.ttft_us(replica, uncached_tokens, context) * late;
+            }
             Self::Learned { request } => request,
         };
         let estimate = &replica.latency;
         let in_flight = replica.load.in_flight() + 1;
-        let predicted =
-            estimate.predict(estimate.engine_prefill_tokens(), uncached_tokens, in_flight);
+        let ahead = estimate.engine_prefill_tokens();
+        let predicted = estimate.predict_at(context.now, ahead, uncached_tokens, in_flight);
         let mut us = predicted.ttft * 1e6 + FAILURE_PENALTY_US * replica.load.failures() as f64;
         let tpot_objective = request.slo.tpot.as_secs_f64();
         if tpot_objective > 0.0 && predicted.tpot > tpot_objective * FIT_SHARE {
@@ -88,6 +93,7 @@ mod tests {
 
     use super::*;
     use crate::gateway::config::EntrySlo;
+    use crate::gateway::pick::predict::{EngineEntry, LatencyProbe};
     use crate::gateway::pick::test_fleet::{context, replicas};
 
     /// Teaches `replica` a prefill of `us_per_token` (and 10 ms of intercept) and a decode
@@ -146,5 +152,37 @@ mod tests {
         let estimate = MeasuredTtft::for_candidates(&set, &[0, 1], &strict, CONFIGURED);
         let penalised = estimate.ttft_us(&set[1], 2000, &context());
         assert!((penalised - fast - 1_000_000.0).abs() < 1.0, "{penalised} against {fast}");
+    }
+
+    #[test]
+    fn streams_waiting_far_past_their_prediction_move_a_hit_to_a_miss_elsewhere() {
+        let set = replicas(2);
+        teach(&set[0], 100.0, 5.0);
+        teach(&set[1], 100.0, 5.0);
+        let request = shape(50);
+        let estimate = MeasuredTtft::for_candidates(&set, &[0, 1], &request, CONFIGURED);
+        let context = context();
+        // Four seconds on: placements before the process's first clock read would not count.
+        let later = PickContext { now: context.now + Duration::from_secs(4), ..context };
+        let hit = |estimate: &MeasuredTtft<'_>| estimate.ttft_us(&set[0], 100, &later);
+        let miss_elsewhere = estimate.ttft_us(&set[1], 2000, &later);
+        let on_time = hit(&estimate);
+        assert!(on_time * 5.0 < miss_elsewhere, "{on_time} against {miss_elsewhere}");
+        // Two streams placed on it 4 s before, each predicted about 0.2 s, and no first token.
+        let late: Vec<LatencyProbe> = (0..2)
+            .map(|_| LatencyProbe::begin(set[0].clone(), 2000, context.now, EngineEntry::AtAnswer))
+            .collect();
+        let factor = set[0].latency.late_factor(later.now);
+        assert!(factor > 10.0, "{factor}");
+        let late_hit = hit(&estimate);
+        assert!((late_hit / on_time - factor).abs() < 1e-6, "{late_hit} against {on_time}");
+        assert!(late_hit > miss_elsewhere, "{late_hit} against {miss_elsewhere}");
+        // Their first tokens (or their ends) take the evidence back.
+        drop(late);
+        assert_eq!(hit(&estimate), on_time);
+        // An unstreamed request's wait is its whole completion: no evidence.
+        let _unstreamed =
+            LatencyProbe::begin(set[0].clone(), 2000, context.now, EngineEntry::AtPlacement);
+        assert_eq!(set[0].latency.late_factor(later.now), 1.0);
     }
 }

@@ -24,6 +24,7 @@ use super::index::Held;
 use super::measured::MeasuredTtft;
 use super::ttft::{QueueTtft, TtftEstimate};
 use super::{PromptKey, PromptPick};
+use crate::gateway::clock;
 use crate::gateway::pick::draw::Draws;
 use crate::gateway::pick::least_queue::{self, LeastQueue};
 use crate::gateway::pick::policy::{PickContext, Policy, RequestShape};
@@ -31,6 +32,9 @@ use crate::gateway::pick::replica::Replica;
 
 /// Estimates closer than this (in microseconds) are taken as equal.
 const TIE_US: f64 = 1.0;
+/// `prefix_latency` measures again a candidate that holds as much of the prompt as any
+/// other but has had no request of its size for this long (see [`stale_equal`]).
+const STALE_AFTER_US: u64 = 1_000_000;
 
 #[derive(Debug)]
 pub struct PrefixAware {
@@ -110,6 +114,11 @@ impl Policy for PrefixAware {
             prefill_us_per_token: prompt.config.prefill_us_per_token,
             request_us: prompt.config.request_us,
         };
+        if self.measured
+            && let Some(stale) = stale_equal(replicas, &candidates, &held, prompt.key, context)
+        {
+            return Some(stale);
+        }
         let estimate = if self.measured {
             MeasuredTtft::for_candidates(replicas, &candidates, request, configured)
         } else {
@@ -126,6 +135,36 @@ impl Policy for PrefixAware {
         };
         fastest(replicas, &candidates, &held, &chosen, context)
     }
+}
+
+/// The candidate to measure again, if any: one that holds as much of the prompt as the
+/// best-cached candidate and is as lightly loaded as any candidate (so the request loses
+/// nothing there), refuses nothing, and has had no request of this size placed on it for
+/// [`STALE_AFTER_US`]; the stalest of them. A replica that no pick chooses is never measured again, and its
+/// estimate stays what it was: two replicas that learned high first-token intercepts while
+/// a third was out of rotation lost every request to it when it came back slowed
+/// twenty-fold, until chance measured them again. Where every replica takes traffic none is
+/// ever stale, so this costs a busy fleet nothing; on an idle one it spreads requests.
+fn stale_equal(
+    replicas: &[Arc<Replica>],
+    candidates: &[usize],
+    held: &[Held],
+    key: &PromptKey,
+    context: &PickContext,
+) -> Option<usize> {
+    let most = held.iter().map(|h| h.blocks).max()?;
+    let uncached = key.prompt_tokens.saturating_sub(most as u64 * key.block_size);
+    let now = clock::micros_at(context.now);
+    let load = |i: usize| least_queue::score(&replicas[i], context);
+    let least = candidates.iter().map(|&i| load(i)).fold(f64::INFINITY, f64::min);
+    candidates
+        .iter()
+        .zip(held)
+        .filter(|&(&i, h)| h.blocks == most && replicas[i].load.failures() == 0 && load(i) <= least)
+        .map(|(&i, _)| (replicas[i].latency.last_placed_for(uncached), i))
+        .filter(|&(last, _)| now.saturating_sub(last) > STALE_AFTER_US)
+        .min()
+        .map(|(_, i)| i)
 }
 
 /// The candidate with the lowest cost: its estimated TTFT given what it `held`, plus the
@@ -212,4 +251,60 @@ pub struct Choice<'a> {
     /// When costs count as equal, and how equals are told apart.
     pub tie: Tie,
     pub ties: &'a Draws,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::gateway::pick::predict::{EngineEntry, LatencyProbe};
+    use crate::gateway::pick::test_fleet::{context, replicas};
+
+    fn key() -> PromptKey {
+        PromptKey {
+            hashes: vec![1, 2, 3, 4],
+            max_hit_blocks: 4,
+            prompt_tokens: 600,
+            block_size: 128,
+            session: None,
+            opens_conversation: false,
+            messages: None,
+        }
+    }
+
+    const BOTH_HOLD_IT: [Held; 2] = [Held { blocks: 4, computing: false }; 2];
+
+    #[test]
+    fn a_replica_holding_as_much_as_loaded_as_little_and_unpicked_for_a_second_is_measured_again() {
+        let set = replicas(2);
+        let base = context();
+        // The uncached tail is 88 tokens: what both were last placed for.
+        let placed = |replica: usize, at: Instant| {
+            drop(LatencyProbe::begin(set[replica].clone(), 88, at, EngineEntry::AtPlacement));
+        };
+        placed(0, base.now);
+        placed(1, base.now);
+        let at = |seconds: f64| PickContext {
+            now: base.now + Duration::from_secs_f64(seconds),
+            ..context()
+        };
+        assert_eq!(stale_equal(&set, &[0, 1], &BOTH_HOLD_IT, &key(), &at(0.5)), None);
+        placed(0, at(1.0).now);
+        // At 1.8 s, r1 has had nothing for 1.8 s and r0 for 0.8 s: r1 is measured again.
+        assert_eq!(stale_equal(&set, &[0, 1], &BOTH_HOLD_IT, &key(), &at(1.8)), Some(1));
+        // Not if it holds less of the prompt: the request would lose its hit.
+        let r1_holds_less = [BOTH_HOLD_IT[0], Held { blocks: 2, computing: false }];
+        assert_eq!(stale_equal(&set, &[0, 1], &r1_holds_less, &key(), &at(1.8)), None);
+        // Nor if it is busier than another candidate: the request would wait there.
+        set[1].load.in_flight.store(2, Ordering::Relaxed);
+        assert_eq!(stale_equal(&set, &[0, 1], &BOTH_HOLD_IT, &key(), &at(1.8)), None);
+        set[1].load.in_flight.store(0, Ordering::Relaxed);
+        // Nor if it refuses connections.
+        set[1].load.record_failure();
+        assert_eq!(stale_equal(&set, &[0, 1], &BOTH_HOLD_IT, &key(), &at(1.8)), None);
+        set[1].load.clear_failures();
+        assert_eq!(stale_equal(&set, &[0, 1], &BOTH_HOLD_IT, &key(), &at(1.8)), Some(1));
+    }
 }
