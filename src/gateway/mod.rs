@@ -22,6 +22,7 @@ pub mod forward;
 pub mod framing;
 pub mod headers;
 pub mod health;
+pub mod kv_events;
 pub mod listen;
 pub mod observe;
 pub mod pick;

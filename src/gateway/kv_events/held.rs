@@ -1,0 +1,194 @@
+//! The blocks one replica's engine holds, as its KV-cache events say, and whether that
+//! account can be trusted. Events come in sequence; a batch that skips numbers means some
+//! stores or evictions were missed, and a sequence that starts again means the engine
+//! restarted with an empty cache. Missed events make the account wrong in both directions
+//! (blocks it lists may be gone, blocks it lacks may be there), so the replica's cache is
+//! then *unknown*: placement falls back to the approximate index for it until the gap is
+//! filled from the replay socket or the engine starts over. An account that would grow past
+//! its bound is dropped the same way, so memory stays bounded whatever a replica sends.
+//!
+//! The first stored blocks of a plain-text prompt (no parent, no extra keys) are hashed
+//! again here with [`BlockHasher`]: a replica that hashes differently (another
+//! `--prefix-caching-hash-algo`, a `PYTHONHASHSEED`) could never match a request, and is
+//! refused with [`Verdict::HashMismatch`] rather than trusted.
+
+use std::collections::HashSet;
+
+use super::block_hash::BlockHasher;
+use super::wire::{Batch, Event};
+
+/// What the account of one replica's cache is worth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every event since the engine started (or since a complete replay) was applied.
+    Known,
+    /// Events were missed, or none has come yet: the approximate index decides.
+    Unknown,
+    /// The replica's hashes are not the ones this gateway computes for the same tokens.
+    HashMismatch,
+}
+
+/// What applying a batch did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// The next batch in sequence.
+    InOrder,
+    /// Batches from `from` on were missed (this one, numbered `to`, included): replay them
+    /// from `from`, or the cache stays unknown.
+    Gap { from: u64, to: u64 },
+    /// A batch that a replay already asked for will bring: not applied twice.
+    AwaitingReplay,
+    /// The sequence started again at 0: a new engine, an empty cache.
+    Restarted,
+    /// A batch already applied: ignored.
+    Stale,
+}
+
+/// One replica's cache, as its events tell it.
+#[derive(Debug)]
+pub struct HeldBlocks {
+    blocks: HashSet<u64>,
+    /// The sequence number after the newest batch seen (`None`: no batch yet).
+    next: Option<u64>,
+    /// The first batch missed, while a replay from it is awaited: the blocks are those of
+    /// the batches before it, kept for the replay to continue from.
+    awaiting: Option<u64>,
+    verdict: Verdict,
+    max_blocks: usize,
+}
+
+impl HeldBlocks {
+    /// An account that holds at most `max_blocks` blocks.
+    pub fn new(max_blocks: usize) -> Self {
+        Self {
+            blocks: HashSet::new(),
+            next: None,
+            awaiting: None,
+            verdict: Verdict::Unknown,
+            max_blocks,
+        }
+    }
+
+    pub fn verdict(&self) -> Verdict {
+        self.verdict
+    }
+
+    pub fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
+    /// Leading blocks of `hashes` (a prompt's chain) the replica holds, if its cache is known.
+    pub fn leading(&self, hashes: &[u64]) -> Option<usize> {
+        (self.verdict == Verdict::Known)
+            .then(|| hashes.iter().take_while(|hash| self.blocks.contains(hash)).count())
+    }
+
+    /// Applies a live batch.
+    pub fn apply(&mut self, batch: &Batch, hasher: &BlockHasher) -> Applied {
+        let seq = batch.seq;
+        if seq == 0 {
+            // Only an engine that has just started numbers a batch 0: its cache was empty.
+            let first = self.next.is_none();
+            self.forget(Verdict::Known);
+            self.awaiting = None;
+            self.next = Some(1);
+            self.apply_events(&batch.events, hasher);
+            return if first { Applied::InOrder } else { Applied::Restarted };
+        }
+        let next = self.next.unwrap_or(0);
+        if seq < next {
+            return Applied::Stale;
+        }
+        self.next = Some(seq + 1);
+        if self.awaiting.is_some() {
+            return Applied::AwaitingReplay;
+        }
+        if seq > next {
+            // Missed stores or evictions: the blocks are wrong both ways until replayed.
+            self.awaiting = Some(next);
+            self.unknown();
+            return Applied::Gap { from: next, to: seq };
+        }
+        self.apply_events(&batch.events, hasher);
+        Applied::InOrder
+    }
+
+    /// Applies batches replayed from `from`, the first one missed: if they run without a
+    /// hole from there to the newest batch seen, the cache is known again.
+    pub fn apply_replay(&mut self, batches: &[Batch], from: u64, hasher: &BlockHasher) {
+        let contiguous = batches.first().is_some_and(|first| first.seq == from)
+            && batches.windows(2).all(|pair| pair[1].seq == pair[0].seq + 1);
+        if self.awaiting != Some(from) || !contiguous {
+            return;
+        }
+        for batch in batches {
+            self.apply_events(&batch.events, hasher);
+        }
+        let after = batches.last().map_or(from, |last| last.seq + 1);
+        let next = self.next.unwrap_or(0).max(after);
+        self.next = Some(next);
+        if after < next {
+            self.awaiting = Some(after);
+        } else {
+            self.awaiting = None;
+            if self.verdict == Verdict::Unknown {
+                self.verdict = Verdict::Known;
+            }
+        }
+    }
+
+    /// A replay that will not come (the replica lost the batches, or did not answer): the
+    /// account starts over, unknown, from the next batch.
+    pub fn give_up_replay(&mut self) {
+        self.awaiting = None;
+        self.forget(Verdict::Unknown);
+    }
+
+    fn unknown(&mut self) {
+        if self.verdict == Verdict::Known {
+            self.verdict = Verdict::Unknown;
+        }
+    }
+
+    /// Forgets every block; `verdict` says whether the emptiness is known.
+    /// A mismatch stays: the replica's hashes will not change without a restart, and the
+    /// gateway's operator must act on it.
+    fn forget(&mut self, verdict: Verdict) {
+        self.blocks.clear();
+        self.blocks.shrink_to(1024);
+        if self.verdict != Verdict::HashMismatch {
+            self.verdict = verdict;
+        }
+    }
+
+    fn apply_events(&mut self, events: &[Event], hasher: &BlockHasher) {
+        for event in events {
+            match event {
+                Event::Stored { hashes, parent, token_ids, block_size, keyed } => {
+                    if parent.is_none() && !keyed {
+                        let expected = hasher.event_hashes(token_ids, *block_size as usize);
+                        if expected.len() == hashes.len() && expected != *hashes {
+                            self.forget(Verdict::HashMismatch);
+                        }
+                    }
+                    if self.verdict != Verdict::HashMismatch {
+                        self.blocks.extend(hashes.iter().copied());
+                    }
+                }
+                Event::Removed { hashes } => {
+                    for hash in hashes {
+                        self.blocks.remove(hash);
+                    }
+                }
+                Event::AllCleared => self.blocks.clear(),
+            }
+        }
+        if self.blocks.len() > self.max_blocks {
+            self.forget(Verdict::Unknown);
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! The KV-event modules against a capture of a real vLLM 0.32.0 replica (CPU, the `tiny`
+//! model, block 128, `sha256_cbor`, a 40 MB cache so that blocks were evicted):
+//! `tests/data/kv_events/vllm-0.32.0-cpu.jsonl`, recorded by `capture.py` beside it.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use super::block_hash::{BlockHasher, DEFAULT_SEED, event_hash};
+use super::held::{Applied, HeldBlocks, Verdict};
+use super::wire::{Batch, Event, decode};
+
+const CAPTURE: &str = include_str!("../../../tests/data/kv_events/vllm-0.32.0-cpu.jsonl");
+
+struct Capture {
+    /// What the subscriber received (it may have joined after the first batch).
+    live: Vec<Batch>,
+    /// Every batch from sequence 0, replayed at the end: the whole stream.
+    stream: Vec<Batch>,
+    /// `/tokenize`'s token ids of the first prompt sent.
+    first_prompt: Vec<u32>,
+}
+
+fn capture() -> Capture {
+    let mut capture = Capture { live: Vec::new(), stream: Vec::new(), first_prompt: Vec::new() };
+    for line in CAPTURE.lines() {
+        let line: Value = serde_json::from_str(line).expect("a JSON line");
+        if let Some(tokenize) = line.get("tokenize") {
+            let tokens = tokenize["tokens"].as_array().expect("tokens");
+            capture.first_prompt = tokens.iter().map(|t| t.as_u64().expect("id") as u32).collect();
+            continue;
+        }
+        let frames: Vec<Vec<u8>> = line["frames"]
+            .as_array()
+            .expect("frames")
+            .iter()
+            .map(|hex| decode_hex(hex.as_str().expect("hex")))
+            .collect();
+        let frames: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+        match line["source"].as_str() {
+            Some("live") => capture.live.push(decode(&frames).expect("a live batch")),
+            // [empty, topic, seq, payload], and an end marker [empty, empty, ff x 8, empty].
+            Some("replay") if frames[2] == [0xff; 8] => {}
+            Some("replay") => capture.stream.push(decode(&frames[1..]).expect("a replayed batch")),
+            other => panic!("unknown source {other:?}"),
+        }
+    }
+    capture
+}
+
+fn decode_hex(hex: &str) -> Vec<u8> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+fn stored(batches: &[Batch]) -> impl Iterator<Item = &Event> {
+    batches.iter().flat_map(|b| &b.events).filter(|e| matches!(e, Event::Stored { .. }))
+}
+
+#[test]
+fn the_capture_decodes_in_sequence_with_stores_and_evictions() {
+    let capture = capture();
+    let seqs: Vec<u64> = capture.stream.iter().map(|b| b.seq).collect();
+    assert_eq!(seqs, (0..seqs.len() as u64).collect::<Vec<_>>(), "replayed from 0, no gap");
+    assert!(stored(&capture.stream).count() >= 10);
+    let events = capture.stream.iter().flat_map(|b| &b.events);
+    assert!(events.filter(|e| matches!(e, Event::Removed { .. })).count() >= 10, "evictions");
+    for event in stored(&capture.stream) {
+        let Event::Stored { hashes, token_ids, block_size, keyed, .. } = event else { continue };
+        assert_eq!(*block_size, 128);
+        assert_eq!(token_ids.len(), hashes.len() * 128);
+        assert!(!keyed, "plain text has no extra keys");
+    }
+    // What the subscriber received live is the replayed stream, batch for batch.
+    assert!(capture.live.len() + 1 >= capture.stream.len(), "{} live", capture.live.len());
+    for live in &capture.live {
+        assert_eq!(Some(live), capture.stream.get(live.seq as usize));
+    }
+}
+
+#[test]
+fn every_stored_hash_is_recomputed_from_its_tokens_and_parent() {
+    let capture = capture();
+    let hasher = BlockHasher::new(DEFAULT_SEED);
+    // Digests by the event hash they end in, to continue a chain from its parent.
+    let mut digests: HashMap<u64, [u8; 32]> = HashMap::new();
+    let mut checked = 0;
+    for event in stored(&capture.stream) {
+        let Event::Stored { hashes, parent, token_ids, .. } = event else { continue };
+        let computed = match parent {
+            None => hasher.digests(token_ids, 128),
+            Some(parent) => BlockHasher::digests_after(digests[parent], token_ids, 128),
+        };
+        let as_events: Vec<u64> = computed.iter().map(event_hash).collect();
+        assert_eq!(&as_events, hashes);
+        digests.extend(as_events.into_iter().zip(computed));
+        checked += hashes.len();
+    }
+    assert!(checked >= 20, "{checked} blocks checked");
+}
+
+#[test]
+fn a_prompt_tokenized_as_the_engine_does_hashes_to_the_blocks_it_stored() {
+    let capture = capture();
+    let hasher = BlockHasher::new(DEFAULT_SEED);
+    let hashes = hasher.event_hashes(&capture.first_prompt, 128);
+    assert!(hashes.len() >= 3, "{} blocks", hashes.len());
+    let mut held = HeldBlocks::new(1 << 16);
+    assert_eq!(held.apply(&capture.stream[0], &hasher), Applied::InOrder);
+    assert_eq!(held.verdict(), Verdict::Known);
+    assert_eq!(held.leading(&hashes), Some(hashes.len()), "the first prompt, all its blocks");
+    let mut other = hashes.clone();
+    other[1] ^= 1;
+    assert_eq!(held.leading(&other), Some(1), "a chain holds only up to its first miss");
+}
+
+#[test]
+fn the_whole_stream_keeps_the_account_known_and_evictions_take_blocks_out() {
+    let capture = capture();
+    let hasher = BlockHasher::new(DEFAULT_SEED);
+    let mut held = HeldBlocks::new(1 << 16);
+    let (mut stored_blocks, mut removed_blocks) = (0, 0);
+    for batch in &capture.stream {
+        assert_eq!(held.apply(batch, &hasher), Applied::InOrder);
+        for event in &batch.events {
+            match event {
+                Event::Stored { hashes, .. } => stored_blocks += hashes.len(),
+                Event::Removed { hashes } => removed_blocks += hashes.len(),
+                Event::AllCleared => {}
+            }
+        }
+    }
+    assert_eq!(held.verdict(), Verdict::Known);
+    assert!(removed_blocks > 0);
+    assert_eq!(held.len(), stored_blocks - removed_blocks);
+    // A batch applied twice (a replay overlapping the stream) changes nothing.
+    assert_eq!(held.apply(&capture.stream[3], &hasher), Applied::Stale);
+    assert_eq!(held.len(), stored_blocks - removed_blocks);
+}
+
+#[test]
+fn a_gap_makes_the_cache_unknown_until_a_complete_replay_fills_it() {
+    let capture = capture();
+    let hasher = BlockHasher::new(DEFAULT_SEED);
+    let mut held = HeldBlocks::new(1 << 16);
+    held.apply(&capture.stream[0], &hasher);
+    held.apply(&capture.stream[1], &hasher);
+    let last = capture.stream.len() - 1;
+    assert_eq!(
+        held.apply(&capture.stream[last], &hasher),
+        Applied::Gap { from: 2, to: last as u64 }
+    );
+    assert_eq!(held.verdict(), Verdict::Unknown);
+    assert_eq!(held.leading(&[1, 2, 3]), None, "unknown: the approximate index decides");
+    // A replay that starts later than the gap does not make it known.
+    held.apply_replay(&capture.stream[3..], 2, &hasher);
+    assert_eq!(held.verdict(), Verdict::Unknown);
+    // One from the first missed batch does, and rebuilds what the whole stream would.
+    let mut whole = HeldBlocks::new(1 << 16);
+    for batch in &capture.stream {
+        whole.apply(batch, &hasher);
+    }
+    let mut replayed = HeldBlocks::new(1 << 16);
+    replayed.apply(&capture.stream[0], &hasher);
+    replayed.apply(&capture.stream[1], &hasher);
+    replayed.apply(&capture.stream[last], &hasher);
+    replayed.apply_replay(&capture.stream[2..], 2, &hasher);
+    assert_eq!(replayed.verdict(), Verdict::Known);
+    assert_eq!(replayed.len(), whole.len());
+}
+
+#[test]
+fn joining_late_is_unknown_until_replayed_and_a_restart_at_zero_is_known_and_empty() {
+    let capture = capture();
+    let hasher = BlockHasher::new(DEFAULT_SEED);
+    let mut whole = HeldBlocks::new(1 << 16);
+    for batch in &capture.stream {
+        whole.apply(batch, &hasher);
+    }
+    let mut held = HeldBlocks::new(1 << 16);
+    assert_eq!(held.apply(&capture.stream[2], &hasher), Applied::Gap { from: 0, to: 2 });
+    assert_eq!(held.verdict(), Verdict::Unknown);
+    assert_eq!(held.apply(&capture.stream[3], &hasher), Applied::AwaitingReplay);
+    held.apply_replay(&capture.stream, 0, &hasher);
+    assert_eq!((held.verdict(), held.len()), (Verdict::Known, whole.len()));
+    let mut restarted = capture.stream[0].clone();
+    restarted.events.clear();
+    assert_eq!(held.apply(&restarted, &hasher), Applied::Restarted);
+    assert_eq!((held.verdict(), held.len()), (Verdict::Known, 0));
+    // A replay that never comes: unknown, and nothing kept.
+    held.apply(&capture.stream[5], &hasher);
+    held.give_up_replay();
+    assert_eq!((held.verdict(), held.len()), (Verdict::Unknown, 0));
+}
+
+#[test]
+fn a_replica_hashing_otherwise_is_refused_and_an_overgrown_account_dropped() {
+    let capture = capture();
+    let mut held = HeldBlocks::new(1 << 16);
+    held.apply(&capture.stream[0], &BlockHasher::new("another seed"));
+    assert_eq!(held.verdict(), Verdict::HashMismatch);
+    assert_eq!(held.leading(&[1]), None);
+    let hasher = BlockHasher::new(DEFAULT_SEED);
+    let mut small = HeldBlocks::new(2);
+    small.apply(&capture.stream[0], &hasher);
+    assert_eq!((small.verdict(), small.len()), (Verdict::Unknown, 0));
+}

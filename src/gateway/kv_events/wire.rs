@@ -1,0 +1,136 @@
+//! vLLM's KV-cache event batches as they come off the wire. Each engine step that changed
+//! the cache is one ZMQ message of three frames: the topic, a sequence number (`u64`,
+//! big-endian, from 0, restarting with the engine) and a msgpack payload `[ts, events,
+//! data_parallel_rank]` (the rank may be left out). An event is a map tagged by `type`:
+//! `BlockStored`, `BlockRemoved` or `AllBlocksCleared`; fields equal to their default may be
+//! left out and fields this gateway does not use are ignored, so newer engines that add
+//! fields still decode.
+//!
+//! Block hashes come as the last 8 bytes of each digest, as a `u64` (vLLM's default), or as
+//! the whole 32-byte digest (`VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0`); both are read as the
+//! `u64` of the digest's last 8 bytes, big-endian, which is what the engine's int form is.
+
+use serde::Deserialize;
+
+/// One decoded batch: the events of one engine step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    pub seq: u64,
+    /// When the engine published it (seconds since the epoch).
+    pub ts: f64,
+    pub events: Vec<Event>,
+    pub data_parallel_rank: Option<i64>,
+}
+
+/// What changed in the engine's prefix cache.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// Full blocks computed and cached, in chain order; `parent` is the block before the
+    /// first of them (`None`: they start a prompt).
+    Stored {
+        hashes: Vec<u64>,
+        parent: Option<u64>,
+        token_ids: Vec<u32>,
+        block_size: u32,
+        keyed: bool,
+    },
+    /// Blocks evicted.
+    Removed { hashes: Vec<u64> },
+    /// The whole cache dropped (`/reset_prefix_cache`, a sleep).
+    AllCleared,
+}
+
+/// Why a message is not a batch.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    #[error("a KV event message has {0} frames, not 3 (topic, sequence, payload)")]
+    Frames(usize),
+    #[error("a KV event sequence number is {0} bytes, not 8")]
+    Sequence(usize),
+    #[error("a KV event payload is not a batch: {0}")]
+    Payload(#[from] rmp_serde::decode::Error),
+    #[error("a block hash of {0} bytes: expected an integer or 32 bytes")]
+    Hash(usize),
+}
+
+/// Decodes one message (its frames in order).
+pub fn decode(frames: &[&[u8]]) -> Result<Batch, WireError> {
+    let &[_topic, seq, payload] = frames else {
+        return Err(WireError::Frames(frames.len()));
+    };
+    let seq = u64::from_be_bytes(seq.try_into().map_err(|_| WireError::Sequence(seq.len()))?);
+    let RawBatch(ts, events, data_parallel_rank) = rmp_serde::from_slice(payload)?;
+    let events = events.into_iter().map(RawEvent::into_event).collect::<Result<_, _>>()?;
+    Ok(Batch { seq, ts, events, data_parallel_rank })
+}
+
+#[derive(Deserialize)]
+struct RawBatch(f64, Vec<RawEvent>, #[serde(default)] Option<i64>);
+
+#[derive(Deserialize)]
+#[serde(tag = "type")]
+enum RawEvent {
+    BlockStored {
+        block_hashes: Vec<RawHash>,
+        parent_block_hash: Option<RawHash>,
+        token_ids: Vec<u32>,
+        block_size: u32,
+        /// Per block: LoRA name, multimodal items, cache salt... A keyed block's hash
+        /// covers them, so it cannot be hashed from tokens alone.
+        #[serde(default)]
+        extra_keys: Option<Vec<Option<serde::de::IgnoredAny>>>,
+        #[serde(default)]
+        lora_name: Option<String>,
+    },
+    BlockRemoved {
+        block_hashes: Vec<RawHash>,
+    },
+    AllBlocksCleared {},
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawHash {
+    Int(u64),
+    Digest(serde_bytes::ByteBuf),
+}
+
+impl RawHash {
+    fn into_u64(self) -> Result<u64, WireError> {
+        match self {
+            Self::Int(value) => Ok(value),
+            Self::Digest(bytes) if bytes.len() == 32 => {
+                Ok(u64::from_be_bytes(bytes[24..].try_into().expect("8 bytes")))
+            }
+            Self::Digest(bytes) => Err(WireError::Hash(bytes.len())),
+        }
+    }
+}
+
+fn hashes(raw: Vec<RawHash>) -> Result<Vec<u64>, WireError> {
+    raw.into_iter().map(RawHash::into_u64).collect()
+}
+
+impl RawEvent {
+    fn into_event(self) -> Result<Event, WireError> {
+        Ok(match self {
+            Self::BlockStored {
+                block_hashes,
+                parent_block_hash,
+                token_ids,
+                block_size,
+                extra_keys,
+                lora_name,
+            } => Event::Stored {
+                hashes: hashes(block_hashes)?,
+                parent: parent_block_hash.map(RawHash::into_u64).transpose()?,
+                token_ids,
+                block_size,
+                keyed: lora_name.is_some()
+                    || extra_keys.is_some_and(|keys| keys.iter().any(Option::is_some)),
+            },
+            Self::BlockRemoved { block_hashes } => Event::Removed { hashes: hashes(block_hashes)? },
+            Self::AllBlocksCleared {} => Event::AllCleared,
+        })
+    }
+}
