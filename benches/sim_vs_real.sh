@@ -12,7 +12,8 @@
 # workloads  benches/peers.sh's real-conv, real-prefix and real-mixed on two real replicas,
 #            then the same on two simulated ones (REAL_FLEET=sim REAL_SIM_PROFILE=vllm-cpu-tiny,
 #            one API process each), the same targets, seed and rounds; the two result files
-#            side by side show TTFT p50/p90, TPOT, goodput and the targets' rank order on each.
+#            side by side show TTFT p50/p90, TPOT, goodput and the targets' rank order on each
+#            (workloads.md, by benches/peers/real_table.py --compare).
 #            Long: about twice the real parts (--quick: a quarter of that).
 # Results: benches/results/<date>-sim-vs-real/ (override with SIM_VS_REAL_OUT).
 set -euo pipefail
@@ -78,7 +79,14 @@ workloads() {
     PEERS_LANEWAY="$LANEWAY" PEERS_OUT="$OUT/sim" REAL_API_SERVERS=1 REAL_FLEET=sim \
         REAL_SIM_PROFILE=vllm-cpu-tiny \
         bash "$ROOT/benches/peers.sh" "${QUICK[@]}" real-conv real-prefix real-mixed
-    echo "real: $OUT/real/results.md   sim: $OUT/sim/results.md"
+    local name
+    for name in real-conv real-prefix real-mixed; do
+        if [[ -s "$OUT/real/$name.json" && -s "$OUT/sim/$name.json" ]]; then
+            python3 "$ROOT/benches/peers/real_table.py" --compare "$OUT/real/$name.json" "$OUT/sim/$name.json"
+        fi
+    done >"$OUT/workloads.md"
+    cat "$OUT/workloads.md"
+    echo "real: $OUT/real/results.md   sim: $OUT/sim/results.md   side by side: $OUT/workloads.md"
 }
 
 for part in "${PARTS[@]}"; do "$part"; done

@@ -3,6 +3,10 @@
 
     real_table.py FILE.json...              one table per workload
     real_table.py --overview FILE.json...   one row per workload, one column per target
+    real_table.py --compare REAL.json SIM.json
+                                            the same workload on real replicas and on the
+                                            simulator: each target's figures side by side,
+                                            and the targets ranked by TTFT p90 on each
 
 Per target: the mean over its rounds, and for goodput, TTFT p90 and the hit ratio the
 spread over rounds (min-max): on these noisy machines a difference inside the spread is no
@@ -141,7 +145,44 @@ def overview(docs):
     return "\n".join(lines) + "\n"
 
 
+def compare(real, sim):
+    """One workload measured on real replicas and on simulated ones (benches/sim_vs_real.sh)."""
+    groups = {"real": by_target(real), "sim": by_target(sim)}
+    targets = [t for t in real["targets"] if t in sim["targets"]]
+
+    def mean(side, target, key):
+        return _mean(_values(groups[side].get(target) or [], key))
+
+    lines = [f"### {real['name']}: real vLLM against the simulator", "",
+             "| target | TTFT p50 ms real / sim | TTFT p90 ms real / sim | TPOT p50 ms real / sim "
+             "| goodput real / sim | hit ratio real / sim |",
+             "|---|---|---|---|---|---|"]
+    for target in targets:
+        cells = []
+        for key, scale, digits in (("ttft_p50", 1000, 0), ("ttft_p90", 1000, 0), ("tpot_p50", 1000, 1),
+                                   ("goodput", 1, 3), ("hit_ratio", 1, 3)):
+            r, s = mean("real", target, key), mean("sim", target, key)
+            ratio = f" ({s / r:.2f}x)" if r and s and scale != 1 else ""
+            cells.append(f"{_fmt(r, scale, digits)} / {_fmt(s, scale, digits)}{ratio}")
+        lines.append(f"| {target} | " + " | ".join(cells) + " |")
+
+    def ranked(side):
+        order = sorted(targets, key=lambda t: (-(mean(side, t, "goodput") or 0), mean(side, t, "ttft_p90") or 0))
+        return ", ".join(order)
+
+    lines += ["", f"Best to worst (goodput, then TTFT p90): real {ranked('real')}; "
+              f"simulated {ranked('sim')}.", ""]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv):
+    if argv and argv[0] == "--compare":
+        if len(argv) != 3:
+            print(__doc__, file=sys.stderr)
+            return 2
+        with open(argv[1]) as f, open(argv[2]) as g:
+            print(compare(json.load(f), json.load(g)), end="")
+        return 0
     want_overview = bool(argv) and argv[0] == "--overview"
     files = argv[1:] if want_overview else argv
     if not files:
