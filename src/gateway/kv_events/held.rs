@@ -81,6 +81,11 @@ impl HeldBlocks {
         self.blocks.is_empty()
     }
 
+    /// The sequence number after the newest batch seen (`None`: none yet).
+    pub fn next_seq(&self) -> Option<u64> {
+        self.next
+    }
+
     /// Leading blocks of `hashes` (a prompt's chain) the replica holds, if its cache is known.
     pub fn leading(&self, hashes: &[u64]) -> Option<usize> {
         (self.verdict == Verdict::Known)

@@ -17,12 +17,19 @@ struct Capture {
     live: Vec<Batch>,
     /// Every batch from sequence 0, replayed at the end: the whole stream.
     stream: Vec<Batch>,
+    /// The same as received: topic, sequence and payload frames.
+    stream_frames: Vec<Vec<Vec<u8>>>,
     /// `/tokenize`'s token ids of the first prompt sent.
     first_prompt: Vec<u32>,
 }
 
 fn capture() -> Capture {
-    let mut capture = Capture { live: Vec::new(), stream: Vec::new(), first_prompt: Vec::new() };
+    let mut capture = Capture {
+        live: Vec::new(),
+        stream: Vec::new(),
+        stream_frames: Vec::new(),
+        first_prompt: Vec::new(),
+    };
     for line in CAPTURE.lines() {
         let line: Value = serde_json::from_str(line).expect("a JSON line");
         if let Some(tokenize) = line.get("tokenize") {
@@ -41,7 +48,10 @@ fn capture() -> Capture {
             Some("live") => capture.live.push(decode(&frames).expect("a live batch")),
             // [empty, topic, seq, payload], and an end marker [empty, empty, ff x 8, empty].
             Some("replay") if frames[2] == [0xff; 8] => {}
-            Some("replay") => capture.stream.push(decode(&frames[1..]).expect("a replayed batch")),
+            Some("replay") => {
+                capture.stream.push(decode(&frames[1..]).expect("a replayed batch"));
+                capture.stream_frames.push(frames[1..].iter().map(|f| f.to_vec()).collect());
+            }
             other => panic!("unknown source {other:?}"),
         }
     }
@@ -206,4 +216,131 @@ fn a_replica_hashing_otherwise_is_refused_and_an_overgrown_account_dropped() {
     let mut small = HeldBlocks::new(2);
     small.apply(&capture.stream[0], &hasher);
     assert_eq!((small.verdict(), small.len()), (Verdict::Unknown, 0));
+}
+
+/// A publisher and a replay socket serving the capture, as a replica would, on port 0.
+struct FakeReplica {
+    publisher: zeromq::PubSocket,
+    source: super::subscribe::EventSource,
+}
+
+async fn fake_replica(stream_frames: Vec<Vec<Vec<u8>>>) -> FakeReplica {
+    use zeromq::{Socket, SocketRecv, SocketSend};
+    let mut publisher = zeromq::PubSocket::new();
+    let events = publisher.bind("tcp://127.0.0.1:0").await.expect("bind the publisher");
+    let mut router = zeromq::RouterSocket::new();
+    let replay = router.bind("tcp://127.0.0.1:0").await.expect("bind the replay socket");
+    // Answers replay requests ([identity, empty, from]) from the capture, then its end marker.
+    tokio::spawn(async move {
+        while let Ok(request) = router.recv().await {
+            let frames = request.into_vec();
+            let from = u64::from_be_bytes(frames[2].as_ref().try_into().expect("8 bytes"));
+            let identity = frames[0].clone();
+            let envelope = |mut message: zeromq::ZmqMessage| {
+                message.push_front(bytes::Bytes::new());
+                message.push_front(identity.clone());
+                message
+            };
+            for batch in stream_frames.iter().skip(from as usize) {
+                let frames: Vec<bytes::Bytes> =
+                    batch.iter().map(|f| bytes::Bytes::copy_from_slice(f)).collect();
+                let message = zeromq::ZmqMessage::try_from(frames).expect("frames");
+                router.send(envelope(message)).await.expect("replay a batch");
+            }
+            let end: Vec<bytes::Bytes> = vec![
+                bytes::Bytes::new(),
+                bytes::Bytes::from_static(&[0xff; 8]),
+                bytes::Bytes::new(),
+            ];
+            let end = zeromq::ZmqMessage::try_from(end).expect("frames");
+            router.send(envelope(end)).await.expect("the end marker");
+        }
+    });
+    let source = super::subscribe::EventSource {
+        events: events.to_string(),
+        replay: Some(replay.to_string()),
+    };
+    FakeReplica { publisher, source }
+}
+
+async fn publish(publisher: &mut zeromq::PubSocket, frames: &[Vec<u8>]) {
+    use zeromq::SocketSend;
+    let frames: Vec<bytes::Bytes> =
+        frames.iter().map(|f| bytes::Bytes::copy_from_slice(f)).collect();
+    let message = zeromq::ZmqMessage::try_from(frames).expect("frames");
+    publisher.send(message).await.expect("publish");
+}
+
+/// Waits, 10 ms at a time and `checks` times at most, until `held` says `done`.
+async fn until(
+    held: &parking_lot::Mutex<HeldBlocks>,
+    checks: usize,
+    done: impl Fn(&HeldBlocks) -> bool,
+) -> bool {
+    for _ in 0..checks {
+        if done(&held.lock()) {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    false
+}
+
+/// Follows a fake replica that publishes the capture with its fifth batch lost; what the
+/// account says once the last batch is in.
+async fn follow_with_a_lost_batch(with_replay: bool) -> (Verdict, usize) {
+    use std::sync::Arc;
+    let capture = capture();
+    let hasher = Arc::new(BlockHasher::new(DEFAULT_SEED));
+    let FakeReplica { mut publisher, mut source } =
+        fake_replica(capture.stream_frames.clone()).await;
+    if !with_replay {
+        source.replay = None;
+    }
+    let held = Arc::new(parking_lot::Mutex::new(HeldBlocks::new(1 << 16)));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let follower = tokio::spawn(super::subscribe::follow(source, held.clone(), hasher, stopped));
+    // A subscriber misses what is published before it has joined: batch 0 (an engine's
+    // first) again until it has been applied.
+    let mut joined = false;
+    for _ in 0..100 {
+        publish(&mut publisher, &capture.stream_frames[0]).await;
+        if until(&held, 5, |h| h.next_seq() == Some(1)).await {
+            joined = true;
+            break;
+        }
+    }
+    assert!(joined, "the subscriber never received a batch");
+    // Every other batch, but the fifth is lost on the way: the sixth reveals the gap.
+    for (seq, frames) in capture.stream_frames.iter().enumerate().skip(1) {
+        if seq != 5 {
+            publish(&mut publisher, frames).await;
+        }
+    }
+    let last = capture.stream.len() as u64;
+    assert!(
+        until(&held, 500, |h| h.next_seq() == Some(last)).await,
+        "never reached the last batch"
+    );
+    stop.send(true).expect("the follower listens");
+    follower.await.expect("the follower ends");
+    let held = held.lock();
+    (held.verdict(), held.len())
+}
+
+#[tokio::test]
+async fn a_subscription_follows_its_publisher_and_replays_a_batch_it_missed() {
+    let hasher = BlockHasher::new(DEFAULT_SEED);
+    let mut whole = HeldBlocks::new(1 << 16);
+    for batch in &capture().stream {
+        whole.apply(batch, &hasher);
+    }
+    // Batch 5 came only from the replay: without it the cache would be unknown.
+    assert_eq!(follow_with_a_lost_batch(true).await, (Verdict::Known, whole.len()));
+}
+
+#[tokio::test]
+async fn without_a_replay_socket_a_lost_batch_leaves_the_cache_unknown() {
+    let (verdict, _) = follow_with_a_lost_batch(false).await;
+    assert_eq!(verdict, Verdict::Unknown);
 }
