@@ -21,7 +21,8 @@
 # PREFIX_WORKLOADS picks among `sp mt hot` (default all three); PREFIX_BASELINE=BINARY adds
 # that build's `prefix_aware` as one more target (a before/after in the same run), named
 # `laneway-prefix-baseline`; several binaries, space-separated, add one target each, named
-# `laneway-prefix-` and the binary's file name.
+# `laneway-prefix-` and the binary's file name. PREFIX_POLICY (default `prefix_aware`) is the
+# policy of laneway-prefix and its baselines, e.g. `prefix_latency`, the default policy.
 
 # PREFIX_PEERS picks the other targets among `lq sglang vllm-ca vllm-ch hr hh` (default all);
 # PREFIX_SCALE=N runs N times the requests of each case (longer runs: less of each is cold);
@@ -37,6 +38,7 @@ PREFIX_CLIENTS="${PREFIX_CLIENTS:-48}"
 PREFIX_SP_GROUPS="${PREFIX_SP_GROUPS:-24}"
 PREFIX_WORKLOADS="${PREFIX_WORKLOADS:-sp mt hot}"
 PREFIX_BASELINE="${PREFIX_BASELINE:-}"
+PREFIX_POLICY="${PREFIX_POLICY:-prefix_aware}"
 
 # start_fleet_tp4x4 SPEED FLEET_NAME: four replicas; sets FLEET4 to their URLs.
 start_fleet_tp4x4() {
@@ -76,13 +78,13 @@ start_laneway_tp4x4() {
 start_prefix_peers() {
     local speed="$1"
     TARGETS=()
-    start_fleet_tp4x4 "$speed" lp; start_laneway_tp4x4 laneway-prefix prefix_aware
+    start_fleet_tp4x4 "$speed" lp; start_laneway_tp4x4 laneway-prefix "$PREFIX_POLICY"
     local baselines=($PREFIX_BASELINE) binary name n=0
     for binary in "${baselines[@]}"; do
         name=laneway-prefix-baseline
         [[ ${#baselines[@]} -gt 1 ]] && name="laneway-prefix-$(basename "$binary")"
         start_fleet_tp4x4 "$speed" "lb$n"
-        start_laneway_tp4x4 "$name" prefix_aware "$binary"
+        start_laneway_tp4x4 "$name" "$PREFIX_POLICY" "$binary"
         n=$((n + 1))
     done
     local peer

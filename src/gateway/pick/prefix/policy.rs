@@ -130,6 +130,9 @@ impl Policy for PrefixAware {
             key: prompt.key,
             estimate: &estimate,
             recompute_us_per_token,
+            // `prefix_latency` charges a copy for the streams it stalls; `prefix_aware`, as
+            // configured, does not.
+            copy_us_per_token_per_stream: if self.measured { prefill_us_per_token } else { 0.0 },
             tie: if self.measured { MEASURED_TIE } else { Tie::Exact },
             ties: &self.ties,
         };
@@ -172,7 +175,9 @@ fn stale_equal(
 /// `recompute_us_per_token`, unless a second copy pays: recomputing a copy still being
 /// computed only duplicates work that the requests queued behind pay for, and a session's
 /// conversation follows the session, so moving it throws its copy away; copying a
-/// computed prompt that any request may send buys a second replica to hit on. Costs within
+/// computed prompt that any request may send buys a second replica to hit on, and is
+/// charged only for the streams it would stall there ([`Choice::copy_us_per_token_per_stream`]).
+/// Costs within
 /// [`Choice::tie`] of the lowest are equal; among equals, the least loaded when the choice
 /// balances ties, then the longest hit, then chance (so an idle fleet spreads new prefixes).
 pub fn fastest(
@@ -187,15 +192,23 @@ pub fn fastest(
     let most = held.iter().map(|h| h.blocks).max()?;
     let best_all_computing = held.iter().filter(|h| h.blocks == most).all(|h| h.computing);
     let a_copy_pays = key.session.is_none() && !best_all_computing;
-    let recompute_us_per_token =
-        if most > 0 && !a_copy_pays { choice.recompute_us_per_token } else { 0.0 };
     let least_uncached = uncached(most);
+    // Microseconds charged per token a candidate would prefill beyond the best-cached one.
+    let extra_us_per_token = |replica: &Replica| {
+        if most == 0 {
+            0.0
+        } else if a_copy_pays {
+            choice.copy_us_per_token_per_stream * replica.load.in_flight() as f64
+        } else {
+            choice.recompute_us_per_token
+        }
+    };
     let scored: Vec<(f64, usize, usize)> = candidates
         .iter()
         .zip(held)
         .map(|(&i, held)| {
             let uncached = uncached(held.blocks);
-            let recomputed = (uncached - least_uncached) as f64 * recompute_us_per_token;
+            let recomputed = (uncached - least_uncached) as f64 * extra_us_per_token(&replicas[i]);
             (estimate.ttft_us(&replicas[i], uncached, context) + recomputed, held.blocks, i)
         })
         .collect();
@@ -248,6 +261,12 @@ pub struct Choice<'a> {
     /// Microseconds charged per prompt token a candidate would prefill beyond the
     /// best-cached candidate, when a second copy would not pay (see [`fastest`]).
     pub recompute_us_per_token: f64,
+    /// When a copy pays: microseconds charged per such token and per request in flight on
+    /// the candidate. A prefill holds up every stream already decoding on its replica (each
+    /// engine step that carries a prefill chunk is that much longer), so a copy made on a
+    /// busy replica costs its other requests what it saves this one; on an idle replica it
+    /// costs nothing and spreads a hot prefix.
+    pub copy_us_per_token_per_stream: f64,
     /// When costs count as equal, and how equals are told apart.
     pub tie: Tie,
     pub ties: &'a Draws,
@@ -259,8 +278,9 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::*;
+    use crate::gateway::config::EntrySlo;
     use crate::gateway::pick::predict::{EngineEntry, LatencyProbe};
-    use crate::gateway::pick::test_fleet::{context, replicas};
+    use crate::gateway::pick::test_fleet::{context, replicas, teach};
 
     fn key() -> PromptKey {
         PromptKey {
@@ -306,5 +326,48 @@ mod tests {
         assert_eq!(stale_equal(&set, &[0, 1], &BOTH_HOLD_IT, &key(), &at(1.8)), None);
         set[1].load.clear_failures();
         assert_eq!(stale_equal(&set, &[0, 1], &BOTH_HOLD_IT, &key(), &at(1.8)), Some(1));
+    }
+
+    #[test]
+    fn a_copy_is_charged_for_the_streams_it_would_stall_on_its_replica() {
+        let set = replicas(2);
+        teach(&set[0], 100.0, 5.0);
+        teach(&set[1], 100.0, 5.0);
+        // r0 holds the whole 3,000-token prompt, computed, behind 20,000 tokens of prefill.
+        let now = Instant::now();
+        let _queued: Vec<LatencyProbe> = (0..4)
+            .map(|_| {
+                let mut probe =
+                    LatencyProbe::begin(set[0].clone(), 5000, now, EngineEntry::AtAnswer);
+                probe.answered();
+                probe
+            })
+            .collect();
+        let key = PromptKey { prompt_tokens: 3000, max_hit_blocks: 23, ..key() };
+        let held = [Held { blocks: 23, computing: false }, Held::default()];
+        let slo = EntrySlo { ttft: Duration::from_secs(5), ..EntrySlo::default() };
+        let request = RequestShape { prompt_tokens: 3000, slo };
+        let configured = QueueTtft { prefill_us_per_token: 75.0, request_us: 1000.0 };
+        let estimate = MeasuredTtft::for_candidates(&set, &[0, 1], &request, configured);
+        assert!(matches!(estimate, MeasuredTtft::Learned { .. }));
+        let ties = Draws::new(1);
+        let choice = Choice {
+            key: &key,
+            estimate: &estimate,
+            recompute_us_per_token: 100.0,
+            copy_us_per_token_per_stream: 100.0,
+            tie: MEASURED_TIE,
+            ties: &ties,
+        };
+        // An idle r1: a copy there (0.3 s) beats the hit behind 20,000 tokens (2 s).
+        assert_eq!(fastest(&set, &[0, 1], &held, &choice, &context()), Some(1));
+        // Eight streams decoding on r1: the copy's 2,944 extra tokens would stall each.
+        set[1].load.in_flight.store(8, Ordering::Relaxed);
+        assert_eq!(fastest(&set, &[0, 1], &held, &choice, &context()), Some(0));
+        // A move that does not pay (a session's conversation) pays the flat recompute
+        // charge whatever r1 runs: 0.3 + 0.29 s, still under the 2 s hit.
+        let session = PromptKey { session: Some(7), ..key.clone() };
+        let choice = Choice { key: &session, ..choice };
+        assert_eq!(fastest(&set, &[0, 1], &held, &choice, &context()), Some(1));
     }
 }
