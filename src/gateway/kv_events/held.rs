@@ -34,10 +34,9 @@ pub enum Applied {
     /// The next batch in sequence.
     InOrder,
     /// Batches from `from` on were missed (this one, numbered `to`, included): replay them
-    /// from `from`, or the cache stays unknown.
+    /// from `from`, or the cache stays unknown. Said again of every batch until a replay
+    /// has filled the gap or been given up.
     Gap { from: u64, to: u64 },
-    /// A batch that a replay already asked for will bring: not applied twice.
-    AwaitingReplay,
     /// The sequence started again at 0: a new engine, an empty cache.
     Restarted,
     /// A batch already applied: ignored.
@@ -109,8 +108,9 @@ impl HeldBlocks {
             return Applied::Stale;
         }
         self.next = Some(seq + 1);
-        if self.awaiting.is_some() {
-            return Applied::AwaitingReplay;
+        if let Some(from) = self.awaiting {
+            // The replay this batch will be part of has not come, or stopped short.
+            return Applied::Gap { from, to: seq };
         }
         if seq > next {
             // Missed stores or evictions: the blocks are wrong both ways until replayed.

@@ -1,11 +1,15 @@
-//! The `prefix_aware` pick and the default, `prefix_latency`, which differ only in how a
+//! The `prefix_aware` pick and the default, `prefix_latency`, which differ in how a
 //! candidate's TTFT is estimated (configured speeds, or measured ones and the SLO: see
-//! [`super::measured`]). Every candidate's TTFT is estimated with its own expected cache
-//! hit (the uncached tail is what it must prefill) and the fastest wins; among equals, the
-//! longest hit, then chance. With a session: its rendezvous replica (its home) while that
-//! is not overloaded and the session was last placed there (or is new); otherwise the same
-//! estimate decides between the home, the replica bounded load would send it to and the
-//! one it was last placed on. So a conversation cached at home moves only when a miss
+//! [`super::measured`]), and in two rules of `prefix_latency`'s: a replica no pick has
+//! chosen for a while is measured again ([`stale_equal`]), and a copy of a computed prefix
+//! is charged for the streams it stalls ([`Choice::copy_us_per_token_per_stream`]).
+//!
+//! Every candidate's TTFT is estimated with its own expected cache hit (the uncached tail
+//! is what it must prefill) and the fastest wins; among equals, the longest hit, then
+//! chance. With a session: its rendezvous replica (its home) while that is not overloaded
+//! and the session was last placed there (or is new); otherwise the same estimate decides
+//! between the home, the replica bounded load would send it to and the one it was last
+//! placed on. So a conversation cached at home moves only when a miss
 //! elsewhere is faster, and one that moved stays where its cache went while that is the
 //! faster (moving on load alone threw the cache away, and the next turn, back home,
 //! missed the moved turn).
@@ -143,11 +147,12 @@ impl Policy for PrefixAware {
 /// The candidate to measure again, if any: one that holds as much of the prompt as the
 /// best-cached candidate and is as lightly loaded as any candidate (so the request loses
 /// nothing there), refuses nothing, and has had no request of this size placed on it for
-/// [`STALE_AFTER_US`]; the stalest of them. A replica that no pick chooses is never measured again, and its
-/// estimate stays what it was: two replicas that learned high first-token intercepts while
-/// a third was out of rotation lost every request to it when it came back slowed
-/// twenty-fold, until chance measured them again. Where every replica takes traffic none is
-/// ever stale, so this costs a busy fleet nothing; on an idle one it spreads requests.
+/// [`STALE_AFTER_US`]; the stalest of them. A replica that no pick chooses is never
+/// measured again, and its estimate stays what it was: two replicas that learned high
+/// first-token intercepts while a third was out of rotation lost every request to it when
+/// it came back slowed twenty-fold, until chance measured them again. Where every replica
+/// takes traffic none is ever stale, so this costs a busy fleet nothing; on an idle one it
+/// spreads requests.
 fn stale_equal(
     replicas: &[Arc<Replica>],
     candidates: &[usize],
@@ -176,10 +181,10 @@ fn stale_equal(
 /// computed only duplicates work that the requests queued behind pay for, and a session's
 /// conversation follows the session, so moving it throws its copy away; copying a
 /// computed prompt that any request may send buys a second replica to hit on, and is
-/// charged only for the streams it would stall there ([`Choice::copy_us_per_token_per_stream`]).
-/// Costs within
-/// [`Choice::tie`] of the lowest are equal; among equals, the least loaded when the choice
-/// balances ties, then the longest hit, then chance (so an idle fleet spreads new prefixes).
+/// charged only for the streams it would stall there
+/// ([`Choice::copy_us_per_token_per_stream`]). Costs within [`Choice::tie`] of the lowest
+/// are equal; among equals, the least loaded when the choice balances ties, then the
+/// longest hit, then chance (so an idle fleet spreads new prefixes).
 pub fn fastest(
     replicas: &[Arc<Replica>],
     candidates: &[usize],
