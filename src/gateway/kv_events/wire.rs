@@ -12,6 +12,8 @@
 
 use serde::Deserialize;
 
+use super::block_hash::event_hash;
+
 /// One decoded batch: the events of one engine step.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Batch {
@@ -99,10 +101,10 @@ impl RawHash {
     fn into_u64(self) -> Result<u64, WireError> {
         match self {
             Self::Int(value) => Ok(value),
-            Self::Digest(bytes) if bytes.len() == 32 => {
-                Ok(u64::from_be_bytes(bytes[24..].try_into().expect("8 bytes")))
-            }
-            Self::Digest(bytes) => Err(WireError::Hash(bytes.len())),
+            Self::Digest(bytes) => match <&[u8; 32]>::try_from(bytes.as_slice()) {
+                Ok(digest) => Ok(event_hash(digest)),
+                Err(_) => Err(WireError::Hash(bytes.len())),
+            },
         }
     }
 }

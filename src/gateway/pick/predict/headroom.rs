@@ -133,11 +133,6 @@ pub fn predicted_for(replica: &Replica, request: &RequestShape, now: Instant) ->
     estimate.predict_at(now, estimate.engine_prefill_tokens(), request.prompt_tokens, in_flight)
 }
 
-/// The margin a request would have on `replica`; below zero, a predicted SLO miss.
-pub fn headroom(replica: &Replica, request: &RequestShape, now: Instant) -> f64 {
-    Margins::of(replica, request, now).headroom()
-}
-
 /// Whether a headroom means both predictions are within `FIT_SHARE` of the SLO.
 pub fn fits(headroom: f64) -> bool {
     headroom >= 1.0 - FIT_SHARE
