@@ -6,11 +6,11 @@ use std::sync::atomic::Ordering;
 
 use http::HeaderMap;
 use prometheus::Registry;
+use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 
 use super::affinity::{LoadBound, session_places};
-use super::index::{BlockIndex, ENTRY_BYTES, Fill};
+use super::index::BlockIndex;
 use super::policy::PrefixAware;
 use super::{PrefixRouter, PromptKey, PromptPick, hash_bytes};
 use crate::gateway::config::PrefixConfig;
@@ -30,31 +30,6 @@ fn key(group: u64, shared: u64, seed: u64, own: u64, headers: &HeaderMap) -> Pro
     ]});
     let request = InferenceRequest::parse(Endpoint::Chat, body.to_string().as_bytes()).unwrap();
     PromptKey::new(&request, headers, &PrefixConfig::default())
-}
-
-#[test]
-fn the_index_stays_within_its_budget_and_evicts_least_recently_used_tails_first() {
-    let index = BlockIndex::new(100 * ENTRY_BYTES as u64);
-    let mut rng = StdRng::seed_from_u64(7);
-    let prompts: Vec<Vec<u64>> = (0..30).map(|_| (0..10).map(|_| rng.random()).collect()).collect();
-    for (i, prompt) in prompts.iter().enumerate() {
-        index.insert(&format!("r{}", i % 3), prompt);
-        assert!(index.entries() <= 100);
-    }
-    assert_eq!(index.entries(), 100);
-    assert_eq!(index.bytes(), 100 * ENTRY_BYTES as u64);
-    // The last ten prompts are whole; the older ones are gone.
-    for (i, prompt) in prompts.iter().enumerate() {
-        let held = index.matched(&[&format!("r{}", i % 3)], prompt)[0];
-        assert_eq!(held, if i >= 20 { 10 } else { 0 }, "prompt {i}");
-    }
-    // Touching an old prompt's head keeps it; three new entries then evict the three
-    // oldest, that prompt's last blocks.
-    index.insert("r2", &prompts[20][..4]);
-    index.insert("r0", &[1, 2, 3]);
-    assert_eq!(index.matched(&["r2"], &prompts[20])[0], 7, "tail evicted before head");
-    assert_eq!(index.matched(&["r0"], &prompts[21])[0], 10);
-    assert_eq!(index.entries(), 100);
 }
 
 #[test]
@@ -462,26 +437,6 @@ fn conversations_opened_at_once_spread_evenly_and_their_next_turns_follow() {
         set[bounded].load.in_flight.fetch_add(1, Ordering::Relaxed);
     }
     assert!(at_home > 4, "{at_home} of 16 at home under the loose bound");
-}
-
-#[test]
-fn a_reported_eviction_teaches_the_replica_capacity() {
-    let index = BlockIndex::new(1 << 20);
-    // Ticks run from 1, each prompt stamped tail first: a's blocks get 1..=10, b's 11..=20.
-    index.insert("r0", &(100..110).collect::<Vec<u64>>());
-    index.insert("r0", &(200..210).collect::<Vec<u64>>());
-    assert_eq!(index.fill("r0"), None, "nothing learned before a miss");
-    // The block of tick 11 was evicted: a's ten are gone, and b's ten are what it holds.
-    assert_eq!(index.evicted_before("r0", 11), 10);
-    assert_eq!(index.fill("r0"), Some(Fill { resident: 10, capacity: 10.0 }));
-    assert_eq!(index.fill("r1"), None, "another replica's eviction teaches nothing of it");
-    // Five more, then an eviction of tick 21's block and older: five held. The capacity
-    // moves a quarter of the way: 10 + (5 - 10) / 4.
-    index.insert("r0", &(300..305).collect::<Vec<u64>>());
-    assert_eq!(index.evicted_before("r0", 21), 10);
-    assert_eq!(index.fill("r0"), Some(Fill { resident: 5, capacity: 8.75 }));
-    index.forget_replica("r0");
-    assert_eq!(index.fill("r0"), None, "a replica that left is learned again");
 }
 
 /// A prefix every prompt shares (here the first block of a short system message) is not
