@@ -8,12 +8,15 @@
 #       and the models (default: tiny). Idempotent: what is there and current is kept.
 #   scripts/real-vllm.sh serve --replicas N --base-port P [--cores 0,1] [--api-servers K]
 #                              [--model tiny|slow] [--served-model-name NAME]
-#                              [--kv-cache-bytes B] [-- VLLM_ARGS]
+#                              [--kv-cache-bytes B] [--kv-events] [-- VLLM_ARGS]
 #       starts replica i on 127.0.0.1:P+i pinned to core cores[i % len] (default: core
 #       i % nproc), waits until every /health answers, prints the URLs. A replica already
 #       running on its port (started by this script) is kept. The model is served as `tiny`
 #       either way; its KV cache is 256M (tiny: 131k tokens) or 1G (slow: 65k tokens, as
-#       256M would not hold one 16k-token request of its 8 layers x 512).
+#       256M would not hold one 16k-token request of its 8 layers x 512). --kv-events: each
+#       replica publishes its KV-cache events on ipc://RUN/kv-P.pub (replay: kv-P.replay),
+#       hashing with sha256_cbor, as laneway's [kv_events] needs (vLLM's publisher binds a
+#       wildcard tcp host or an ipc path; ipc keeps it off the network).
 #   scripts/real-vllm.sh stop [--ports P1,P2]      stops them (default: all), waits for the ports
 #   scripts/real-vllm.sh status                    which are up, with their RSS
 #   scripts/real-vllm.sh relock                    remakes requirements.lock from requirements.in
@@ -189,6 +192,7 @@ group_rss_mib() {
 
 cmd_serve() {
     local replicas="" base_port="" cores="" api_servers="" model="tiny" served="tiny" kv_bytes=""
+    local kv_events=""
     local -a extra=()
     while [ $# -gt 0 ]; do
         case "$1" in
@@ -199,6 +203,7 @@ cmd_serve() {
             --model) model="$2"; shift 2 ;;
             --served-model-name) served="$2"; shift 2 ;;
             --kv-cache-bytes) kv_bytes="$2"; shift 2 ;;
+            --kv-events) kv_events=1; shift ;;
             --) shift; extra=("$@"); break ;;
             *) usage ;;
         esac
@@ -239,6 +244,10 @@ cmd_serve() {
             --served-model-name "$served" --max-model-len 16384 --dtype bfloat16
             --kv-cache-memory-bytes "$kv_bytes" --enable-prefix-caching --enable-prompt-tokens-details -O0)
         [ -n "$api_servers" ] && args+=(--api-server-count "$api_servers")
+        if [ -n "$kv_events" ]; then
+            args+=(--prefix-caching-hash-algo sha256_cbor --kv-events-config
+                "{\"enable_kv_cache_events\": true, \"publisher\": \"zmq\", \"endpoint\": \"ipc://$RUN/kv-$port.pub\", \"replay_endpoint\": \"ipc://$RUN/kv-$port.replay\", \"topic\": \"kv\"}")
+        fi
         args+=("${extra[@]}")
         # setsid: the replica and the processes vLLM spawns (engine core, API servers) share
         # one process group, stopped as one; `echo $$` inside records that group's id.

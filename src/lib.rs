@@ -11,6 +11,8 @@
 //! - [`openai`]: the wire format all three share (request bodies, errors, SSE scanning).
 //! - [`tokens`]: the prompt-length estimator all three share.
 //! - [`error_chain`]: an error with its causes on one line, for logs and reports.
+//! - [`kv_events`]: vLLM's KV-cache event batches and block hashes, published by the
+//!   simulator and followed by the gateway.
 //! - [`prompt_tokens`]: prompt token ids and KV-block hashes, shared by the simulator's
 //!   prefix cache and the gateway's prefix index.
 
@@ -18,6 +20,7 @@ pub mod bench;
 pub mod canary;
 pub mod error_chain;
 pub mod gateway;
+pub mod kv_events;
 pub mod openai;
 pub mod prompt_tokens;
 pub mod sim;

@@ -86,6 +86,13 @@ pub enum SimError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot bind the KV-event {socket} socket on {endpoint}: {source}")]
+    KvEventsBind {
+        socket: &'static str,
+        endpoint: String,
+        #[source]
+        source: zeromq::ZmqError,
+    },
     #[error("cannot set up metrics: {0}")]
     Metrics(#[from] prometheus::Error),
 }

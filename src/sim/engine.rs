@@ -26,6 +26,12 @@
 //! simulated time; the engine sleeps until each step's end on the scaled wall clock, and
 //! waits on its inbox (no CPU) when nothing runs. A step never starts before the requests
 //! it schedules arrived.
+//!
+//! # KV-cache events
+//! With a publisher ([`super::kv_events`]), the blocks a step evicted (at admission) and
+//! cached (as chunks are scheduled) are published as one batch when the step ends, before
+//! its tokens are handed out, as vLLM publishes each step's events after its forward pass
+//! and before its outputs ([`super::kv_event_log`]).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -36,6 +42,8 @@ use tokio::sync::{mpsc, watch};
 use super::clock::{SimClock, SimTime};
 use super::fault::Fault;
 use super::kv_cache::{KvCache, SequenceBlocks};
+use super::kv_event_log::{KvEventLog, PromptEventBlocks};
+use super::kv_events::KvEventPublisher;
 use super::metrics::SimMetrics;
 use super::profile::EngineProfile;
 use super::topology::SequenceWork;
@@ -47,6 +55,8 @@ pub struct EngineRequest {
     pub max_tokens: u64,
     /// The chained hashes of the prompt's full blocks (empty: nothing to share).
     pub block_hashes: Vec<u64>,
+    /// The same blocks as KV-cache events name them (`None`: events are off).
+    pub kv_event_blocks: Option<PromptEventBlocks>,
     /// When the API worker finished preprocessing it.
     pub ready_at: SimTime,
     /// Where its tokens go. Bounded at `max_tokens + 1`, so the engine never waits on it.
@@ -82,6 +92,7 @@ struct Sequence {
     tokens: mpsc::Sender<TokenBatch>,
     /// Taken at admission.
     block_hashes: Vec<u64>,
+    kv_event_blocks: Option<PromptEventBlocks>,
     blocks: SequenceBlocks,
     cached_tokens: u64,
 }
@@ -106,6 +117,8 @@ pub struct Engine {
     pub metrics: Arc<SimMetrics>,
     pub load: Arc<EngineLoad>,
     pub stop: watch::Receiver<bool>,
+    /// Where the prefix cache's changes are published (`None`: KV-cache events are off).
+    pub kv_events: Option<KvEventPublisher>,
 }
 
 impl Engine {
@@ -114,6 +127,7 @@ impl Engine {
         let mut waiting: VecDeque<Sequence> = VecDeque::new();
         let mut running: Vec<Sequence> = Vec::new();
         let mut kv = KvCache::new(&self.profile);
+        let mut events = self.kv_events.is_some().then(|| KvEventLog::new(self.profile.block_size));
         let mut step_start = SimTime(0);
         loop {
             if running.is_empty() && waiting.is_empty() {
@@ -129,20 +143,25 @@ impl Engine {
             while let Ok(request) = self.inbox.try_recv() {
                 step_start = enqueue(&mut waiting, request, step_start);
             }
-            self.admit(&mut waiting, &mut running, &mut kv);
+            self.admit(&mut waiting, &mut running, &mut kv, events.as_mut());
             if running.is_empty() {
                 // Only a request larger than the whole KV cache gets here (the API rejects
                 // those); drop it so its stream ends instead of blocking the queue forever.
                 waiting.pop_front();
                 continue;
             }
-            let plan = self.plan_step(&mut running, &mut kv);
+            let plan = self.plan_step(&mut running, &mut kv, events.as_mut());
             let factor = self.faults.borrow().step_factor();
             let step_end = step_start.plus_us(plan.cost_us * factor);
             let mut stop = self.stop.clone();
             tokio::select! {
                 _ = self.clock.sleep_until(step_end) => {}
                 _ = stop.wait_for(|stopped| *stopped) => return,
+            }
+            // Published before the step's tokens are handed out, as vLLM's scheduler does:
+            // whoever sees a token can already replay the batch that cached its prompt.
+            if let (Some(publisher), Some(events)) = (&mut self.kv_events, &mut events) {
+                publisher.publish(events.take());
             }
             self.finish_step(&mut running, &plan, step_end, &mut kv);
             step_start = step_end;
@@ -155,6 +174,7 @@ impl Engine {
         waiting: &mut VecDeque<Sequence>,
         running: &mut Vec<Sequence>,
         kv: &mut KvCache,
+        mut events: Option<&mut KvEventLog>,
     ) {
         while let Some(head) = waiting.front() {
             if running.len() as u64 >= self.profile.max_num_seqs {
@@ -165,6 +185,9 @@ impl Engine {
                 break;
             };
             let mut sequence = waiting.pop_front().expect("front exists");
+            if let Some(events) = events.as_deref_mut() {
+                events.evicted(&admission.evicted);
+            }
             sequence.blocks = admission.blocks;
             sequence.cached_tokens = admission.cached_tokens;
             sequence.prefilled = admission.cached_tokens;
@@ -181,8 +204,13 @@ impl Engine {
 
     /// Decides what each running sequence does this step and what the step costs; a
     /// sequence scheduled its first chunk extends its hit, and each chunk's full blocks are
-    /// cached.
-    fn plan_step(&self, running: &mut [Sequence], kv: &mut KvCache) -> StepPlan {
+    /// cached (and logged, with events on).
+    fn plan_step(
+        &self,
+        running: &mut [Sequence],
+        kv: &mut KvCache,
+        mut events: Option<&mut KvEventLog>,
+    ) -> StepPlan {
         let profile = &self.profile;
         let decoding = running.iter().filter(|s| s.is_decoding()).count() as u64;
         let mut budget = profile.max_num_batched_tokens.saturating_sub(decoding);
@@ -206,7 +234,11 @@ impl Engine {
                 self.metrics.prompt_tokens.inc_by(found);
             }
             let size = (sequence.prompt_tokens - sequence.prefilled).min(budget);
-            kv.prefilled(&mut sequence.blocks, sequence.prefilled + size);
+            let cached = kv.prefilled(&mut sequence.blocks, sequence.prefilled + size);
+            if let (Some(events), Some(prompt)) = (events.as_deref_mut(), &sequence.kv_event_blocks)
+            {
+                events.stored(&sequence.block_hashes, prompt, &cached);
+            }
             budget -= size;
             *chunk = size;
             let pairs = size as f64 * (sequence.prefilled as f64 + size as f64 / 2.0);
@@ -304,6 +336,7 @@ fn enqueue(
         generated: 0,
         tokens: request.tokens,
         block_hashes: request.block_hashes,
+        kv_event_blocks: request.kv_event_blocks,
         blocks: SequenceBlocks::default(),
         cached_tokens: 0,
     });

@@ -12,6 +12,7 @@ use super::body::{self, SimBody};
 use super::chunks::{ResponseWriter, Usage};
 use super::clock::SimTime;
 use super::engine::{EngineRequest, TokenBatch};
+use super::kv_event_log::PromptEventBlocks;
 use super::metrics::FinishedTiming;
 use super::prefix_cache::block_hashes;
 use super::profile::Profile;
@@ -94,16 +95,20 @@ pub async fn serve(
     state.clock.sleep_until(ready_at).await;
 
     let engine = &profile.engine;
-    let hashes = if engine.enable_prefix_caching {
-        block_hashes(&prompt_token_ids(&request.prompt), engine.block_size as usize)
+    let (hashes, kv_event_blocks) = if engine.enable_prefix_caching {
+        let token_ids = prompt_token_ids(&request.prompt);
+        let hashes = block_hashes(&token_ids, engine.block_size as usize);
+        let events = engine.kv_events.then(|| PromptEventBlocks::new(token_ids, engine.block_size));
+        (hashes, events)
     } else {
-        Vec::new()
+        (Vec::new(), None)
     };
     let (token_sender, tokens) = mpsc::channel(lengths.max_tokens as usize + 1);
     let submitted = state.engine_inbox.send(EngineRequest {
         prompt_tokens: lengths.prompt_tokens,
         max_tokens: lengths.max_tokens,
         block_hashes: hashes,
+        kv_event_blocks,
         ready_at,
         tokens: token_sender,
     });

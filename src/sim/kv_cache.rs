@@ -34,11 +34,14 @@ pub struct SequenceBlocks {
     private: u64,
 }
 
-/// A request's admission: its blocks and the prompt tokens served from the cache.
+/// A request's admission: its blocks, the prompt tokens served from the cache, and the
+/// cached blocks evicted to make room for it.
 #[derive(Debug)]
 pub struct Admission {
     pub blocks: SequenceBlocks,
     pub cached_tokens: u64,
+    /// The hashes of the blocks evicted, in eviction order.
+    pub evicted: Vec<u64>,
 }
 
 /// One replica's KV cache.
@@ -85,9 +88,9 @@ impl KvCache {
             cache.acquire(&held);
         }
         self.private += private;
-        self.evict_to_fit();
+        let evicted = self.evict_to_fit();
         let blocks = SequenceBlocks { hashes: hashes.to_vec(), held, settled: hit, private };
-        Some(Admission { blocks, cached_tokens })
+        Some(Admission { blocks, cached_tokens, evicted })
     }
 
     /// Extends a request's hit, as it is scheduled its first prompt chunk, with the leading
@@ -118,18 +121,24 @@ impl KvCache {
     }
 
     /// Moves the full prompt blocks a request computes up to `prefilled` tokens into the
-    /// prefix cache, as its chunk is scheduled.
-    pub fn prefilled(&mut self, blocks: &mut SequenceBlocks, prefilled: u64) {
-        let Some(cache) = &mut self.prefix else { return };
+    /// prefix cache, as its chunk is scheduled. Returns the indexes (into the prompt's
+    /// blocks) of those it cached: not the ones another request cached first, of which it
+    /// keeps its own copy.
+    pub fn prefilled(&mut self, blocks: &mut SequenceBlocks, prefilled: u64) -> Vec<usize> {
+        let Some(cache) = &mut self.prefix else { return Vec::new() };
         let full = ((prefilled / self.block_size) as usize).min(blocks.hashes.len());
-        for &hash in &blocks.hashes[blocks.settled.min(full)..full] {
+        let mut cached = Vec::new();
+        for index in blocks.settled.min(full)..full {
+            let hash = blocks.hashes[index];
             if cache.insert(hash) {
                 blocks.held.push(hash);
                 blocks.private -= self.block_size;
                 self.private -= self.block_size;
+                cached.push(index);
             }
         }
         blocks.settled = blocks.settled.max(full);
+        cached
     }
 
     /// Frees a finished or aborted request's reservation; its blocks stay cached.
@@ -159,13 +168,17 @@ impl KvCache {
         self.prefix.as_ref().map_or(0, |cache| cache.blocks() - cache.evictable_blocks())
     }
 
-    fn evict_to_fit(&mut self) {
-        let Some(cache) = &mut self.prefix else { return };
+    /// Evicts unreferenced blocks until the cache fits; returns their hashes.
+    fn evict_to_fit(&mut self) -> Vec<u64> {
+        let Some(cache) = &mut self.prefix else { return Vec::new() };
+        let mut evicted = Vec::new();
         while self.private + cache.blocks() * self.block_size > self.capacity {
-            if cache.evict_one().is_none() {
-                break;
+            match cache.evict_one() {
+                Some(hash) => evicted.push(hash),
+                None => break,
             }
         }
+        evicted
     }
 }
 
@@ -206,6 +219,7 @@ mod tests {
         // not block admission: four are evicted, all of the prompt released first.
         let running = kv.admit(&c, 100, 30).expect("evictable blocks make room");
         assert_eq!(kv.cached_blocks(), 4);
+        assert_eq!(running.evicted, [a[3], a[2], a[1], a[0]], "named, tail first");
         assert!(a.iter().all(|&hash| !kv.is_cached(hash)));
         assert!(b.iter().all(|&hash| kv.is_cached(hash)));
         kv.release(running.blocks);
@@ -251,12 +265,12 @@ mod tests {
         assert_eq!((first.cached_tokens, second.cached_tokens), (0, 0), "nothing cached yet");
         assert_eq!(kv.used_tokens(), 220);
         // The first is scheduled a 40-token chunk: its two full blocks are cached at once.
-        kv.prefilled(&mut first.blocks, 40);
+        assert_eq!(kv.prefilled(&mut first.blocks, 40), [0, 1]);
         assert_eq!(kv.extend_hit(&mut second.blocks, 100), 32);
         assert_eq!(kv.used_tokens(), 220 - 32, "shared blocks are held once");
         // Both compute the rest: the blocks the first caches are the second's own copies.
-        kv.prefilled(&mut first.blocks, 100);
-        kv.prefilled(&mut second.blocks, 100);
+        assert_eq!(kv.prefilled(&mut first.blocks, 100), [2, 3, 4, 5]);
+        assert!(kv.prefilled(&mut second.blocks, 100).is_empty(), "cached by the first");
         kv.release(first.blocks);
         kv.release(second.blocks);
         assert_eq!((kv.used_tokens(), kv.cached_blocks()), (0, 6));

@@ -5,7 +5,9 @@
 //! continuous-batching engine ([`engine`]) behind API-server processes ([`api_workers`]) that
 //! accept connections in batches and keep them ([`accept`]), stream output with priority and
 //! preprocess new requests in the time left ([`preprocess`]), and caches prompt prefixes as vLLM does
-//! ([`prefix_cache`], [`kv_cache`], tokens from [`crate::prompt_tokens`]). Timing parameters are data ([`profile`], `config/profiles/`).
+//! ([`prefix_cache`], [`kv_cache`], tokens from [`crate::prompt_tokens`]), and can publish
+//! that cache's changes as vLLM's KV-cache events ([`kv_event_log`], [`kv_events`]). Timing
+//! parameters are data ([`profile`], `config/profiles/`).
 //! Faults ([`Fault`]) break and heal a replica at runtime. See `docs/sim.md`.
 //!
 //! Start one in-process with [`spawn`]; the CLI ([`run`]) is a thin shell over it.
@@ -21,6 +23,8 @@ pub mod engine;
 pub mod fault;
 pub mod inference;
 pub mod kv_cache;
+pub mod kv_event_log;
+pub mod kv_events;
 pub mod metrics;
 pub mod prefix_cache;
 pub mod preprocess;
@@ -73,6 +77,11 @@ pub struct SimArgs {
     /// `engine.enable_prefix_caching` otherwise (on in every built-in profile).
     #[arg(long)]
     pub no_enable_prefix_caching: bool,
+    /// Publish KV-cache events as vLLM does with `--kv-events-config` over ZeroMQ (PUB and
+    /// replay sockets on free ports, listed by `GET /kv_event_sources`); the profile's
+    /// `engine.kv_events` otherwise (off in every built-in profile).
+    #[arg(long)]
+    pub kv_events: bool,
     /// The model id served (vLLM's flag of the same name); the profile's otherwise.
     #[arg(long)]
     pub served_model_name: Option<String>,
@@ -91,6 +100,9 @@ impl SimArgs {
         };
         if self.no_enable_prefix_caching {
             profile.engine.enable_prefix_caching = false;
+        }
+        if self.kv_events {
+            profile.engine.kv_events = true;
         }
         if let Some(name) = &self.served_model_name {
             profile.served_model_name = name.clone();

@@ -67,6 +67,11 @@ pub struct EngineProfile {
     /// Tokens per KV block, the unit prefix caching shares (vLLM's `--block-size`).
     #[serde(default = "default_block_size")]
     pub block_size: u64,
+    /// Publish the prefix cache's changes as vLLM's KV-cache events, on ZeroMQ (vLLM's
+    /// `--kv-events-config` with `"enable_kv_cache_events": true, "publisher": "zmq"`; off
+    /// by default, on with `laneway sim --kv-events`). Needs prefix caching.
+    #[serde(default)]
+    pub kv_events: bool,
     /// A replica spanning nodes: its link and layout (absent: one node).
     #[serde(default)]
     pub cross_node: Option<CrossNodeProfile>,
@@ -192,6 +197,13 @@ impl Profile {
                 "must be > 0 (a step always takes time)",
             ));
         }
+        if engine.kv_events && !engine.enable_prefix_caching {
+            return Err(invalid(
+                "engine.kv_events",
+                true,
+                "needs engine.enable_prefix_caching: the events are the prefix cache's changes",
+            ));
+        }
         if let Some(cross_node) = &engine.cross_node {
             cross_node
                 .validate()
@@ -239,5 +251,17 @@ mod tests {
             Profile::from_toml(&zero, "test"),
             Err(SimError::InvalidProfile { field: "engine.max_num_seqs", .. })
         ));
+        let uncached_events = text.replace(
+            "decode_us_per_seq = 20.0",
+            "decode_us_per_seq = 20.0\nkv_events = true\nenable_prefix_caching = false",
+        );
+        assert!(matches!(
+            Profile::from_toml(&uncached_events, "test"),
+            Err(SimError::InvalidProfile { field: "engine.kv_events", .. })
+        ));
+        let events =
+            text.replace("decode_us_per_seq = 20.0", "decode_us_per_seq = 20.0\nkv_events = true");
+        assert!(Profile::from_toml(&events, "test").unwrap().engine.kv_events);
+        assert!(!Profile::from_toml(text, "test").unwrap().engine.kv_events, "off by default");
     }
 }

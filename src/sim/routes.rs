@@ -31,6 +31,7 @@ const KNOWN_PATHS: &[&str] = &[
     "/load",
     "/get_load",
     "/metrics",
+    "/kv_event_sources",
     "/sim/stats",
     "/sim/fault",
 ];
@@ -105,6 +106,12 @@ async fn route(
                 HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
             );
             response
+        }
+        // vLLM's: each rank's publisher; `{}` when events are off, as vLLM's render-only
+        // servers answer.
+        (Method::GET, "/kv_event_sources") => {
+            let sources = state.kv_events.map_or_else(|| json!({}), |ports| ports.sources());
+            body::json_response(sources.to_string())
         }
         (Method::GET, "/sim/stats") => {
             body::json_response(serde_json::to_string(&state.stats()).unwrap_or_default())

@@ -1,6 +1,6 @@
-//! Starting and stopping a replica: binding, the accept loop that hands each connection to
-//! an API worker for its lifetime, serving connections with hyper (HTTP/1.1 and h2c), the
-//! `exit` fault's crash and restart, and shutdown.
+//! Starting and stopping a replica: binding (and the KV-event sockets, when on), the accept
+//! loop that hands each connection to an API worker for its lifetime, serving connections
+//! with hyper (HTTP/1.1 and h2c), the `exit` fault's crash and restart, and shutdown.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -21,6 +21,7 @@ use super::clock::SimClock;
 use super::config::{SimConfig, SimError};
 use super::engine::{Engine, EngineLoad};
 use super::fault::{Fault, FaultSwitch};
+use super::kv_events::{KvEventPorts, KvEventPublisher};
 use super::metrics::SimMetrics;
 use super::routes;
 use super::state::SimState;
@@ -35,8 +36,9 @@ pub struct SimHandle {
     state: Arc<SimState>,
     addr: SocketAddr,
     stop: watch::Sender<bool>,
-    /// Taken by `shutdown`; dropping the handle without it still stops the replica.
-    tasks: Option<(JoinHandle<()>, JoinHandle<()>)>,
+    /// The accept loop, the engine and the KV-event publisher (when on). Taken by
+    /// `shutdown`; dropping the handle without it still stops the replica.
+    tasks: Option<Vec<JoinHandle<()>>>,
 }
 
 /// Starts a replica in this process: binds `config.host:config.port` (0: any free port),
@@ -53,6 +55,15 @@ pub async fn spawn(config: SimConfig) -> Result<SimHandle, SimError> {
     let clock = SimClock::new(config.speed);
     let (engine_inbox, inbox) = mpsc::unbounded_channel();
     let (stop, stop_watch) = watch::channel(false);
+    let mut tasks = Vec::with_capacity(3);
+    let (kv_events, kv_event_ports) = if config.profile.engine.kv_events {
+        let (publisher, ports, task) =
+            KvEventPublisher::start(config.host, stop_watch.clone()).await?;
+        tasks.push(task);
+        (Some(publisher), Some(ports))
+    } else {
+        (None, None)
+    };
     let engine_load = Arc::new(EngineLoad::default());
     let state = Arc::new(SimState {
         workers: Arc::new(ApiWorkers::new(config.api_workers)),
@@ -66,6 +77,7 @@ pub async fn spawn(config: SimConfig) -> Result<SimHandle, SimError> {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0),
+        kv_events: kv_event_ports,
         config,
     });
     let engine = Engine {
@@ -76,12 +88,14 @@ pub async fn spawn(config: SimConfig) -> Result<SimHandle, SimError> {
         metrics,
         load: engine_load,
         stop: stop_watch.clone(),
+        kv_events,
     };
-    let engine_task = tokio::spawn(engine.run());
-    let accept_task = tokio::spawn(accept_loop(state.clone(), listener, addr, stop_watch));
+    tasks.push(tokio::spawn(engine.run()));
+    tasks.push(tokio::spawn(accept_loop(state.clone(), listener, addr, stop_watch)));
     tracing::info!(id = %state.config.id, %addr, profile = %state.config.profile.name,
-        api_workers = state.config.api_workers, speed = state.config.speed, "sim replica listening");
-    Ok(SimHandle { state, addr, stop, tasks: Some((accept_task, engine_task)) })
+        api_workers = state.config.api_workers, speed = state.config.speed,
+        kv_events = ?state.kv_events, "sim replica listening");
+    Ok(SimHandle { state, addr, stop, tasks: Some(tasks) })
 }
 
 impl SimHandle {
@@ -91,6 +105,11 @@ impl SimHandle {
 
     pub fn id(&self) -> &str {
         &self.state.config.id
+    }
+
+    /// The ports KV-cache events are published and replayed on (`None`: they are off).
+    pub fn kv_event_ports(&self) -> Option<KvEventPorts> {
+        self.state.kv_events
     }
 
     /// A snapshot of the replica's counters.
@@ -114,12 +133,12 @@ impl SimHandle {
         let _ = faults.wait_for(|fault| *fault == Fault::Exit).await;
     }
 
-    /// Stops accepting, ends every connection and waits for the accept loop and engine.
+    /// Stops accepting, ends every connection and waits for the accept loop, the engine
+    /// and the KV-event publisher.
     pub async fn shutdown(mut self) {
         self.stop.send_replace(true);
-        if let Some((accept_task, engine_task)) = self.tasks.take() {
-            let _ = accept_task.await;
-            let _ = engine_task.await;
+        for task in self.tasks.take().unwrap_or_default() {
+            let _ = task.await;
         }
     }
 }

@@ -10,6 +10,7 @@ use super::clock::SimClock;
 use super::config::SimConfig;
 use super::engine::{EngineLoad, EngineRequest};
 use super::fault::FaultSwitch;
+use super::kv_events::KvEventPorts;
 use super::metrics::SimMetrics;
 use super::stats::{RequestCounters, SimStats};
 
@@ -26,6 +27,8 @@ pub struct SimState {
     pub counters: Arc<RequestCounters>,
     /// Unix seconds at start: the `created` field of responses.
     pub created_unix: u64,
+    /// Where KV-cache events are published (`None`: they are off).
+    pub kv_events: Option<KvEventPorts>,
 }
 
 impl SimState {

@@ -34,6 +34,7 @@ fn start(profile: EngineProfile) -> Harness {
         metrics: Arc::new(SimMetrics::new("m").unwrap()),
         load: Arc::new(EngineLoad::default()),
         stop: stop_watch,
+        kv_events: None,
     };
     tokio::spawn(engine.run());
     Harness { inbox, _stop: stop, _faults: faults }
@@ -55,6 +56,7 @@ fn submit_blocks(
         prompt_tokens: prompt,
         max_tokens,
         block_hashes,
+        kv_event_blocks: None,
         ready_at: SimTime(0),
         tokens,
     };

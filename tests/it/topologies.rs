@@ -59,6 +59,7 @@ async fn closed_loop(
         metrics: Arc::new(SimMetrics::new("m").unwrap()),
         load: Arc::new(EngineLoad::default()),
         stop: stop_watch,
+        kv_events: None,
     };
     tokio::spawn(engine.run());
 
@@ -121,6 +122,7 @@ async fn one_request(
             prompt_tokens: prompt,
             max_tokens: output,
             block_hashes: Vec::new(),
+            kv_event_blocks: None,
             ready_at,
             tokens,
         })

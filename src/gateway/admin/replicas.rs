@@ -48,6 +48,9 @@ fn describe(state: &GatewayState, replica: &Replica, now: Instant) -> Value {
         "kv_cache_usage": reported.map(|r| r.kv_cache_usage),
         "scrape_age_seconds": load.scrape_age(picker.epoch, now).map(|age| age.as_secs_f64()),
         "latency_estimate": latency_estimate(replica),
+        // Each KV-event source followed: its account's verdict (`known`: placement uses it),
+        // blocks held and the next batch expected.
+        "kv_events": replica.engine_cache.report(),
     })
 }
 

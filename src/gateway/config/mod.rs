@@ -9,6 +9,7 @@ pub mod demo;
 pub mod discovery;
 mod entry;
 mod issues;
+mod kv_events;
 mod models;
 mod prefix;
 mod quota_store;
@@ -34,6 +35,7 @@ pub use capacity::{CapacityConfig, Placement};
 pub use discovery::{DiscoveryConfig, DnsDiscovery, KubernetesDiscovery, Resolver};
 pub use entry::{Entry, Strategy, UnknownEntry};
 pub use issues::{ConfigError, ConfigIssue, Issues};
+pub use kv_events::{EventSource, KvEventsConfig};
 pub use models::{ModelsConfig, UnknownModel};
 pub use prefix::PrefixConfig;
 pub use quota_store::QuotaStoreConfig;
@@ -199,6 +201,8 @@ pub struct GatewayConfig {
     pub reliability: reliability::ReliabilityConfig,
     /// The `prefix_aware` policy and session affinity (`[prefix]`).
     pub prefix: PrefixConfig,
+    /// The replicas' KV-cache events, followed for prefix placement (`[kv_events]`).
+    pub kv_events: KvEventsConfig,
     /// Capacity at SLO and N-1 headroom (`[capacity]`).
     pub capacity: CapacityConfig,
     /// Which replicas serve which model names (`[models]`).

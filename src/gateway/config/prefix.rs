@@ -1,6 +1,9 @@
 //! `[prefix]`: the knobs of the `prefix_aware` policy (its index's memory, the block size it
 //! hashes with, the TTFT estimate it weighs hits against load with) and of session affinity.
 
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
 use http::HeaderName;
 use serde::Deserialize;
 
@@ -19,6 +22,9 @@ pub struct RawPrefix {
     pub recompute_weight: Option<f64>,
     pub share_sessions: Option<bool>,
     pub share_prefixes: Option<bool>,
+    /// Served model name -> its folder (`tokenizer.json`, `tokenizer_config.json`).
+    #[serde(default)]
+    pub tokenizers: BTreeMap<String, String>,
 }
 
 /// The validated `[prefix]` section.
@@ -47,6 +53,9 @@ pub struct PrefixConfig {
     /// With a shared store, the prefixes each placement computes are written there, and a
     /// prompt this gateway knows little of is looked up there before it is placed.
     pub share_prefixes: bool,
+    /// Per served model, the folder of its tokenizer and chat template: its prompts are
+    /// read as its engine tokenizes them (the KV events' hashes need the exact tokens).
+    pub tokenizers: BTreeMap<String, PathBuf>,
 }
 
 impl Default for PrefixConfig {
@@ -61,6 +70,7 @@ impl Default for PrefixConfig {
             recompute_weight: 1.0,
             share_sessions: true,
             share_prefixes: true,
+            tokenizers: BTreeMap::new(),
         }
     }
 }
@@ -99,7 +109,23 @@ pub(super) fn prefix(raw: &RawPrefix, issues: &mut Issues) -> PrefixConfig {
         recompute_weight,
         share_sessions: raw.share_sessions.unwrap_or(default.share_sessions),
         share_prefixes: raw.share_prefixes.unwrap_or(default.share_prefixes),
+        tokenizers: tokenizers(&raw.tokenizers, issues),
     }
+}
+
+/// Each model's folder, which must hold a `tokenizer.json`.
+fn tokenizers(raw: &BTreeMap<String, String>, issues: &mut Issues) -> BTreeMap<String, PathBuf> {
+    let mut folders = BTreeMap::new();
+    for (model, folder) in raw {
+        let folder = PathBuf::from(folder);
+        if folder.join("tokenizer.json").is_file() {
+            folders.insert(model.clone(), folder);
+        } else {
+            let path = format!("prefix.tokenizers.{model}");
+            issues.add(path, format!("{} holds no tokenizer.json", folder.display()));
+        }
+    }
+    folders
 }
 
 #[cfg(test)]

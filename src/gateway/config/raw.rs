@@ -48,6 +48,8 @@ pub struct RawConfig {
     #[serde(default)]
     pub prefix: super::prefix::RawPrefix,
     #[serde(default)]
+    pub kv_events: super::kv_events::RawKvEvents,
+    #[serde(default)]
     pub capacity: super::capacity::RawCapacity,
     #[serde(default)]
     pub models: super::models::RawModels,

@@ -92,6 +92,8 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
         // One wait for the response headers, not two: the reliability section owns it.
         issues.add("header_timeout_ms", "replaced by `timeouts.first_byte_ms`");
     }
+    let names: Vec<&str> = replicas.iter().map(|r| r.name.as_str()).collect();
+    let kv_events = super::kv_events::kv_events(&raw.kv_events, &names, issues);
     let config = GatewayConfig {
         listen: issues.addr("listen", raw.listen.as_deref(), "127.0.0.1:8080"),
         admin_listen: issues.addr("admin_listen", raw.admin_listen.as_deref(), "127.0.0.1:9090"),
@@ -158,6 +160,7 @@ fn build(raw: RawConfig, issues: &mut Issues) -> GatewayConfig {
         discovery: DiscoveryConfig::from_raw(&raw.discovery, issues).unwrap_or_default(),
         reliability: reliability_section(&raw, issues),
         prefix: super::prefix::prefix(&raw.prefix, issues),
+        kv_events,
         capacity: capacity::capacity(&raw.capacity, issues),
         models,
         routes: super::routes::routes(&raw.routes, issues),

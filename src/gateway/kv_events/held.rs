@@ -14,8 +14,8 @@
 
 use std::collections::HashSet;
 
-use super::block_hash::BlockHasher;
-use super::wire::{Batch, Event};
+use crate::kv_events::block_hash::BlockHasher;
+use crate::kv_events::wire::{Batch, Event};
 
 /// What the account of one replica's cache is worth.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +26,25 @@ pub enum Verdict {
     Unknown,
     /// The replica's hashes are not the ones this gateway computes for the same tokens.
     HashMismatch,
+    /// The replica's blocks hold another number of tokens than `prefix.block_size`.
+    BlockSizeMismatch,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Known => "known",
+            Self::Unknown => "unknown",
+            Self::HashMismatch => "hash_mismatch",
+            Self::BlockSizeMismatch => "block_size_mismatch",
+        }
+    }
+
+    /// Whether the replica's events can never match this gateway's hashes (until the
+    /// replica restarts with other flags).
+    pub fn refused(self) -> bool {
+        matches!(self, Self::HashMismatch | Self::BlockSizeMismatch)
+    }
 }
 
 /// What applying a batch did.
@@ -54,17 +73,20 @@ pub struct HeldBlocks {
     awaiting: Option<u64>,
     verdict: Verdict,
     max_blocks: usize,
+    /// Tokens per block the request hashes are cut into (`prefix.block_size`).
+    block_size: u64,
 }
 
 impl HeldBlocks {
-    /// An account that holds at most `max_blocks` blocks.
-    pub fn new(max_blocks: usize) -> Self {
+    /// An account that holds at most `max_blocks` blocks of `block_size` tokens.
+    pub fn new(max_blocks: usize, block_size: u64) -> Self {
         Self {
             blocks: HashSet::new(),
             next: None,
             awaiting: None,
             verdict: Verdict::Unknown,
             max_blocks,
+            block_size,
         }
     }
 
@@ -85,18 +107,25 @@ impl HeldBlocks {
         self.next
     }
 
-    /// Leading blocks of `hashes` (a prompt's chain) the replica holds, if its cache is known.
-    pub fn leading(&self, hashes: &[u64]) -> Option<usize> {
-        (self.verdict == Verdict::Known)
-            .then(|| hashes.iter().take_while(|hash| self.blocks.contains(hash)).count())
+    /// Leading blocks of `hashes` (a prompt's chain) the account lists: exactly what the
+    /// replica holds while the verdict is [`Verdict::Known`], at least part of it while
+    /// [`Verdict::Unknown`] (blocks stored since events were missed are held unless evicted
+    /// since, and those before may be gone), nothing when refused.
+    pub fn leading(&self, hashes: &[u64]) -> usize {
+        if self.verdict.refused() {
+            return 0;
+        }
+        hashes.iter().take_while(|hash| self.blocks.contains(hash)).count()
     }
 
     /// Applies a live batch.
     pub fn apply(&mut self, batch: &Batch, hasher: &BlockHasher) -> Applied {
         let seq = batch.seq;
         if seq == 0 {
-            // Only an engine that has just started numbers a batch 0: its cache was empty.
+            // Only an engine that has just started numbers a batch 0: its cache was empty,
+            // and its hashes are checked anew (it may have restarted with other flags).
             let first = self.next.is_none();
+            self.verdict = Verdict::Known;
             self.forget(Verdict::Known);
             self.awaiting = None;
             self.next = Some(1);
@@ -165,7 +194,7 @@ impl HeldBlocks {
     fn forget(&mut self, verdict: Verdict) {
         self.blocks.clear();
         self.blocks.shrink_to(1024);
-        if self.verdict != Verdict::HashMismatch {
+        if !self.verdict.refused() {
             self.verdict = verdict;
         }
     }
@@ -174,13 +203,15 @@ impl HeldBlocks {
         for event in events {
             match event {
                 Event::Stored { hashes, parent, token_ids, block_size, keyed } => {
-                    if parent.is_none() && !keyed {
+                    if u64::from(*block_size) != self.block_size {
+                        self.forget(Verdict::BlockSizeMismatch);
+                    } else if parent.is_none() && !keyed {
                         let expected = hasher.event_hashes(token_ids, *block_size as usize);
                         if expected.len() == hashes.len() && expected != *hashes {
                             self.forget(Verdict::HashMismatch);
                         }
                     }
-                    if self.verdict != Verdict::HashMismatch {
+                    if !self.verdict.refused() {
                         self.blocks.extend(hashes.iter().copied());
                     }
                 }

@@ -18,19 +18,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use tokio::sync::watch;
 use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend, SubSocket, ZmqMessage};
 
-use super::block_hash::BlockHasher;
 use super::held::{Applied, HeldBlocks};
-use super::wire::{self, Batch, WireError};
-
-/// Where a replica publishes its events, and where it replays them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EventSource {
-    pub events: String,
-    pub replay: Option<String>,
-}
+pub use crate::gateway::config::EventSource;
+use crate::kv_events::block_hash::BlockHasher;
+use crate::kv_events::wire::{self, Batch, WireError};
 
 /// How long a replay may take, request to end marker.
 const REPLAY_TIMEOUT: Duration = Duration::from_secs(2);
@@ -48,29 +41,20 @@ pub enum SubscribeError {
     ReplayTimeout(Duration),
 }
 
-/// Follows `source` until `stop` turns true, keeping `held` in step with the replica's
-/// events; a lost connection is retried with backoff, its missed batches replayed.
-pub async fn follow(
-    source: EventSource,
-    held: Arc<Mutex<HeldBlocks>>,
-    hasher: Arc<BlockHasher>,
-    mut stop: watch::Receiver<bool>,
-) {
+/// Follows `source` for as long as it runs (drop it to stop), keeping `held` in step with
+/// the replica's events; a lost connection is retried with backoff (back to the shortest
+/// after a connection that delivered batches), its missed batches replayed.
+pub async fn follow(source: EventSource, held: Arc<Mutex<HeldBlocks>>, hasher: Arc<BlockHasher>) {
     let mut backoff = BACKOFF.0;
-    while !*stop.borrow() {
-        let session = subscribe(&source, &held, &hasher);
-        tokio::select! {
-            ended = session => {
-                if let Err(error) = ended {
-                    tracing::warn!(events = %source.events, %error, "KV events: reconnecting");
-                }
-            }
-            _ = stop.changed() => return,
+    loop {
+        let next_before = held.lock().next_seq();
+        if let Err(error) = subscribe(&source, &held, &hasher).await {
+            tracing::warn!(events = %source.events, %error, "KV events: reconnecting");
         }
-        tokio::select! {
-            () = tokio::time::sleep(backoff) => {}
-            _ = stop.changed() => return,
+        if held.lock().next_seq() != next_before {
+            backoff = BACKOFF.0;
         }
+        tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(BACKOFF.1);
     }
 }
@@ -94,7 +78,22 @@ async fn subscribe(
                 continue;
             }
         };
-        let applied = held.lock().apply(&batch, hasher);
+        let (applied, refused) = {
+            let mut held = held.lock();
+            let before = held.verdict();
+            let applied = held.apply(&batch, hasher);
+            (applied, (!before.refused() && held.verdict().refused()).then(|| held.verdict()))
+        };
+        if let Some(verdict) = refused {
+            tracing::error!(
+                events = %source.events,
+                verdict = verdict.as_str(),
+                "KV events refused: this replica's block hashes cannot match the gateway's; \
+                 run vLLM with --prefix-caching-hash-algo sha256_cbor, PYTHONHASHSEED equal to \
+                 kv_events.hash_seed (or unset, with hash_seed unset) and --block-size equal \
+                 to prefix.block_size. Its prefixes are placed by the approximate index."
+            );
+        }
         if let Applied::Gap { from, .. } = applied {
             let replayed = match &source.replay {
                 Some(replay) => replay_from(replay, from).await,

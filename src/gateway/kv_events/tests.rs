@@ -4,13 +4,10 @@
 
 use std::collections::HashMap;
 
-use serde_json::Value;
-
-use super::block_hash::{BlockHasher, DEFAULT_SEED, event_hash};
 use super::held::{Applied, HeldBlocks, Verdict};
-use super::wire::{Batch, Event, decode};
-
-const CAPTURE: &str = include_str!("../../../tests/data/kv_events/vllm-0.32.0-cpu.jsonl");
+use crate::kv_events::block_hash::{BlockHasher, DEFAULT_SEED, event_hash};
+use crate::kv_events::capture;
+use crate::kv_events::wire::{Batch, Event, decode};
 
 struct Capture {
     /// What the subscriber received (it may have joined after the first batch).
@@ -20,7 +17,7 @@ struct Capture {
     /// The same as received: topic, sequence and payload frames.
     stream_frames: Vec<Vec<Vec<u8>>>,
     /// `/tokenize`'s token ids of the first prompt sent.
-    first_prompt: Vec<u32>,
+    first_prompt: Vec<u64>,
 }
 
 fn capture() -> Capture {
@@ -30,25 +27,20 @@ fn capture() -> Capture {
         stream_frames: Vec::new(),
         first_prompt: Vec::new(),
     };
-    for line in CAPTURE.lines() {
-        let line: Value = serde_json::from_str(line).expect("a JSON line");
-        if let Some(tokenize) = line.get("tokenize") {
-            let tokens = tokenize["tokens"].as_array().expect("tokens");
-            capture.first_prompt = tokens.iter().map(|t| t.as_u64().expect("id") as u32).collect();
-            continue;
-        }
-        let frames: Vec<Vec<u8>> = line["frames"]
-            .as_array()
-            .expect("frames")
-            .iter()
-            .map(|hex| decode_hex(hex.as_str().expect("hex")))
-            .collect();
+    for line in capture::lines() {
+        let (source, frames) = match line {
+            capture::Line::Tokenized(tokens) => {
+                capture.first_prompt = tokens;
+                continue;
+            }
+            capture::Line::Frames { source, frames } => (source, frames),
+        };
         let frames: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
-        match line["source"].as_str() {
-            Some("live") => capture.live.push(decode(&frames).expect("a live batch")),
+        match source.as_str() {
+            "live" => capture.live.push(decode(&frames).expect("a live batch")),
             // [empty, topic, seq, payload], and an end marker [empty, empty, ff x 8, empty].
-            Some("replay") if frames[2] == [0xff; 8] => {}
-            Some("replay") => {
+            "replay" if frames[2] == [0xff; 8] => {}
+            "replay" => {
                 capture.stream.push(decode(&frames[1..]).expect("a replayed batch"));
                 capture.stream_frames.push(frames[1..].iter().map(|f| f.to_vec()).collect());
             }
@@ -56,13 +48,6 @@ fn capture() -> Capture {
         }
     }
     capture
-}
-
-fn decode_hex(hex: &str) -> Vec<u8> {
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
-        .collect()
 }
 
 fn stored(batches: &[Batch]) -> impl Iterator<Item = &Event> {
@@ -117,20 +102,20 @@ fn a_prompt_tokenized_as_the_engine_does_hashes_to_the_blocks_it_stored() {
     let hasher = BlockHasher::new(DEFAULT_SEED);
     let hashes = hasher.event_hashes(&capture.first_prompt, 128);
     assert!(hashes.len() >= 3, "{} blocks", hashes.len());
-    let mut held = HeldBlocks::new(1 << 16);
+    let mut held = HeldBlocks::new(1 << 16, 128);
     assert_eq!(held.apply(&capture.stream[0], &hasher), Applied::InOrder);
     assert_eq!(held.verdict(), Verdict::Known);
-    assert_eq!(held.leading(&hashes), Some(hashes.len()), "the first prompt, all its blocks");
+    assert_eq!(held.leading(&hashes), hashes.len(), "the first prompt, all its blocks");
     let mut other = hashes.clone();
     other[1] ^= 1;
-    assert_eq!(held.leading(&other), Some(1), "a chain holds only up to its first miss");
+    assert_eq!(held.leading(&other), 1, "a chain holds only up to its first miss");
 }
 
 #[test]
 fn the_whole_stream_keeps_the_account_known_and_evictions_take_blocks_out() {
     let capture = capture();
     let hasher = BlockHasher::new(DEFAULT_SEED);
-    let mut held = HeldBlocks::new(1 << 16);
+    let mut held = HeldBlocks::new(1 << 16, 128);
     let (mut stored_blocks, mut removed_blocks) = (0, 0);
     for batch in &capture.stream {
         assert_eq!(held.apply(batch, &hasher), Applied::InOrder);
@@ -154,7 +139,7 @@ fn the_whole_stream_keeps_the_account_known_and_evictions_take_blocks_out() {
 fn a_gap_makes_the_cache_unknown_until_a_complete_replay_fills_it() {
     let capture = capture();
     let hasher = BlockHasher::new(DEFAULT_SEED);
-    let mut held = HeldBlocks::new(1 << 16);
+    let mut held = HeldBlocks::new(1 << 16, 128);
     held.apply(&capture.stream[0], &hasher);
     held.apply(&capture.stream[1], &hasher);
     let last = capture.stream.len() - 1;
@@ -163,16 +148,18 @@ fn a_gap_makes_the_cache_unknown_until_a_complete_replay_fills_it() {
         Applied::Gap { from: 2, to: last as u64 }
     );
     assert_eq!(held.verdict(), Verdict::Unknown);
-    assert_eq!(held.leading(&[1, 2, 3]), None, "unknown: the approximate index decides");
+    // Unknown: what it lists is a lower bound (the missed batches may have evicted it).
+    let first = hasher.event_hashes(&capture.first_prompt, 128);
+    assert_eq!(held.leading(&first), first.len());
     // A replay that starts later than the gap does not make it known.
     held.apply_replay(&capture.stream[3..], 2, &hasher);
     assert_eq!(held.verdict(), Verdict::Unknown);
     // One from the first missed batch does, and rebuilds what the whole stream would.
-    let mut whole = HeldBlocks::new(1 << 16);
+    let mut whole = HeldBlocks::new(1 << 16, 128);
     for batch in &capture.stream {
         whole.apply(batch, &hasher);
     }
-    let mut replayed = HeldBlocks::new(1 << 16);
+    let mut replayed = HeldBlocks::new(1 << 16, 128);
     replayed.apply(&capture.stream[0], &hasher);
     replayed.apply(&capture.stream[1], &hasher);
     replayed.apply(&capture.stream[last], &hasher);
@@ -185,11 +172,11 @@ fn a_gap_makes_the_cache_unknown_until_a_complete_replay_fills_it() {
 fn joining_late_is_unknown_until_replayed_and_a_restart_at_zero_is_known_and_empty() {
     let capture = capture();
     let hasher = BlockHasher::new(DEFAULT_SEED);
-    let mut whole = HeldBlocks::new(1 << 16);
+    let mut whole = HeldBlocks::new(1 << 16, 128);
     for batch in &capture.stream {
         whole.apply(batch, &hasher);
     }
-    let mut held = HeldBlocks::new(1 << 16);
+    let mut held = HeldBlocks::new(1 << 16, 128);
     assert_eq!(held.apply(&capture.stream[2], &hasher), Applied::Gap { from: 0, to: 2 });
     assert_eq!(held.verdict(), Verdict::Unknown);
     // Until a replay comes, every batch asks for it again.
@@ -209,12 +196,13 @@ fn joining_late_is_unknown_until_replayed_and_a_restart_at_zero_is_known_and_emp
 #[test]
 fn a_replica_hashing_otherwise_is_refused_and_an_overgrown_account_dropped() {
     let capture = capture();
-    let mut held = HeldBlocks::new(1 << 16);
+    let mut held = HeldBlocks::new(1 << 16, 128);
     held.apply(&capture.stream[0], &BlockHasher::new("another seed"));
     assert_eq!(held.verdict(), Verdict::HashMismatch);
-    assert_eq!(held.leading(&[1]), None);
+    let first = BlockHasher::new("another seed").event_hashes(&capture.first_prompt, 128);
+    assert_eq!(held.leading(&first), 0, "refused: nothing it says is used");
     let hasher = BlockHasher::new(DEFAULT_SEED);
-    let mut small = HeldBlocks::new(2);
+    let mut small = HeldBlocks::new(2, 128);
     small.apply(&capture.stream[0], &hasher);
     assert_eq!((small.verdict(), small.len()), (Verdict::Unknown, 0));
 }
@@ -298,9 +286,8 @@ async fn follow_with_a_lost_batch(with_replay: bool) -> (Verdict, usize) {
     if !with_replay {
         source.replay = None;
     }
-    let held = Arc::new(parking_lot::Mutex::new(HeldBlocks::new(1 << 16)));
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let follower = tokio::spawn(super::subscribe::follow(source, held.clone(), hasher, stopped));
+    let held = Arc::new(parking_lot::Mutex::new(HeldBlocks::new(1 << 16, 128)));
+    let follower = tokio::spawn(super::subscribe::follow(source, held.clone(), hasher));
     // A subscriber misses what is published before it has joined: batch 0 (an engine's
     // first) again until it has been applied.
     let mut joined = false;
@@ -323,8 +310,8 @@ async fn follow_with_a_lost_batch(with_replay: bool) -> (Verdict, usize) {
         until(&held, 500, |h| h.next_seq() == Some(last)).await,
         "never reached the last batch"
     );
-    stop.send(true).expect("the follower listens");
-    follower.await.expect("the follower ends");
+    follower.abort();
+    assert!(follower.await.expect_err("stopped").is_cancelled());
     let held = held.lock();
     (held.verdict(), held.len())
 }
@@ -332,7 +319,7 @@ async fn follow_with_a_lost_batch(with_replay: bool) -> (Verdict, usize) {
 #[tokio::test]
 async fn a_subscription_follows_its_publisher_and_replays_a_batch_it_missed() {
     let hasher = BlockHasher::new(DEFAULT_SEED);
-    let mut whole = HeldBlocks::new(1 << 16);
+    let mut whole = HeldBlocks::new(1 << 16, 128);
     for batch in &capture().stream {
         whole.apply(batch, &hasher);
     }

@@ -369,5 +369,6 @@ fn prompt_key(state: &GatewayState, request: &Forwarding<'_>) -> Option<PromptKe
     }
     let endpoint = Endpoint::from_path(request.parts.uri.path())?;
     let parsed = InferenceRequest::parse(endpoint, request.body).ok()?;
-    Some(PromptKey::new(&parsed, &request.parts.headers, &state.config.prefix))
+    let (headers, config) = (&request.parts.headers, &state.config.prefix);
+    Some(PromptKey::new(&parsed, headers, config, &state.engine_tokens))
 }

@@ -14,6 +14,7 @@ use super::freed::FreedProcesses;
 use super::predict::LatencyEstimate;
 use super::replica_health::ReplicaHealth;
 use crate::gateway::config::{Placement, ReplicaConfig};
+use crate::gateway::kv_events::engine_cache::EngineCache;
 use crate::gateway::tls::upstream as upstream_tls;
 
 /// A replica and its load.
@@ -46,6 +47,8 @@ pub struct Replica {
     pub health: ReplicaHealth,
     /// Model names (base model and LoRA adapters) its `/v1/models` last listed.
     pub served_models: ArcSwap<Vec<String>>,
+    /// The blocks its engine holds, as its KV events say (`[kv_events]`).
+    pub engine_cache: EngineCache,
 }
 
 impl Replica {
@@ -65,6 +68,7 @@ impl Replica {
             draining: AtomicBool::new(false),
             health: ReplicaHealth::default(),
             served_models: ArcSwap::from_pointee(Vec::new()),
+            engine_cache: EngineCache::default(),
         }
     }
 

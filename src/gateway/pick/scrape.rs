@@ -1,6 +1,8 @@
 //! The metrics scraper: one task per replica reads its Prometheus `/metrics` every
 //! interval and stores the queue figures (vLLM's names, SGLang's, and vLLM's older KV name).
-//! https replicas are scraped over the gateway's upstream TLS client.
+//! https replicas are scraped over the gateway's upstream TLS client. With `[kv_events]`,
+//! the same task runs the replica's event subscriptions (configured, or found by asking
+//! its `/kv_event_sources` until it names one), which stop with it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,16 +13,20 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 
 use super::replica::{Replica, ReportedLoad};
 use super::served_models;
+use crate::gateway::kv_events::following::Following;
+use crate::gateway::kv_events::sources;
 use crate::gateway::tls::upstream::UpstreamTls;
 
 type ScrapeClient = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;
 
 /// Largest `/metrics` body read; a replica's is a few tens of kB.
 const MAX_METRICS_BYTES: usize = 8 << 20;
+/// Largest `/kv_event_sources` body read: a few hundred bytes per data-parallel rank.
+const MAX_SOURCES_BYTES: usize = 1 << 20;
 
 /// Starts one scraping task per replica; abort the handles to stop them.
 pub fn spawn_scrapers(
@@ -28,6 +34,7 @@ pub fn spawn_scrapers(
     epoch: Instant,
     interval: Duration,
     tls: &UpstreamTls,
+    following: Option<&Arc<Following>>,
 ) -> Vec<JoinHandle<()>> {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
@@ -38,7 +45,17 @@ pub fn spawn_scrapers(
         .iter()
         .map(|replica| {
             let (replica, client) = (replica.clone(), client.clone());
+            let following = following.cloned();
             tokio::spawn(async move {
+                // Dropped with the task: the subscriptions stop with the scraper.
+                let mut subscriptions = JoinSet::new();
+                if let Some(following) = &following {
+                    replica.engine_cache.clear();
+                    if let Some(source) = following.config.sources.get(&replica.name) {
+                        subscriptions
+                            .spawn(following.follow(source.clone(), &replica.engine_cache));
+                    }
+                }
                 let mut ticks = tokio::time::interval(interval);
                 ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 let models_every = served_models::REFRESH_EVERY.div_duration_f64(interval);
@@ -49,6 +66,19 @@ pub fn spawn_scrapers(
                     if tick.is_multiple_of(models_every) {
                         let refresh = served_models::refresh(&client, &replica);
                         let _ = tokio::time::timeout(interval * 4, refresh).await;
+                        if let Some(following) = &following
+                            && following.config.discover
+                            && !replica.engine_cache.is_followed()
+                        {
+                            let found = discover_sources(&client, &replica);
+                            if let Ok(Ok(found)) = tokio::time::timeout(interval * 4, found).await {
+                                for source in found {
+                                    tracing::info!(replica = %replica.name, events = %source.events, "KV events: following");
+                                    subscriptions
+                                        .spawn(following.follow(source, &replica.engine_cache));
+                                }
+                            }
+                        }
                     }
                     tick += 1;
                     // A slow replica must not stall the loop past a few intervals.
@@ -65,6 +95,23 @@ pub fn spawn_scrapers(
             })
         })
         .collect()
+}
+
+/// The publishers the replica's `/kv_event_sources` names (none: it publishes no events,
+/// or is no vLLM).
+async fn discover_sources(
+    client: &ScrapeClient,
+    replica: &Replica,
+) -> Result<Vec<crate::gateway::config::EventSource>, Box<dyn std::error::Error + Send + Sync>> {
+    let uri: http::Uri =
+        format!("{}://{}/kv_event_sources", replica.scheme(), replica.authority).parse()?;
+    let response = client.get(uri).await?;
+    if !response.status().is_success() {
+        return Err(format!("status {}", response.status()).into());
+    }
+    let body = http_body_util::Limited::new(response.into_body(), MAX_SOURCES_BYTES);
+    let bytes = body.collect().await?.to_bytes();
+    Ok(sources::parse(&bytes, sources::authority_host(&replica.authority))?)
 }
 
 async fn scrape_once(

@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 use super::replica::Replica;
 use super::scrape;
 use crate::gateway::config::ReplicaConfig;
+use crate::gateway::kv_events::following::Following;
 use crate::gateway::tls::upstream::UpstreamTls;
 
 /// Where a list of replicas came from, in merge order.
@@ -49,6 +50,8 @@ struct Sources {
 struct Scrapers {
     interval: Duration,
     tls: Arc<UpstreamTls>,
+    /// The replicas' KV-event subscriptions, run by their scrapers.
+    following: Option<Arc<Following>>,
     by_replica: HashMap<(String, String), JoinHandle<()>>,
 }
 
@@ -107,14 +110,24 @@ impl ReplicaSet {
         self.apply(&mut sources)
     }
 
-    /// Scrapes every member every `interval` over `tls`. Running scrapers are kept when
-    /// neither changed (`restart` forces new ones, e.g. after certificate files were read
-    /// again).
-    pub async fn scrape(&self, interval: Duration, tls: Arc<UpstreamTls>, restart: bool) {
+    /// Scrapes every member every `interval` over `tls`, and follows their KV events as
+    /// `following` says. Running scrapers are kept when nothing changed (`restart` forces
+    /// new ones, e.g. after certificate files were read again).
+    pub async fn scrape(
+        &self,
+        interval: Duration,
+        tls: Arc<UpstreamTls>,
+        following: Option<Arc<Following>>,
+        restart: bool,
+    ) {
         let mut sources = self.sources.lock().await;
-        let unchanged = sources.scrapers.as_ref().is_some_and(|s| s.interval == interval);
+        let unchanged = sources
+            .scrapers
+            .as_ref()
+            .is_some_and(|s| s.interval == interval && s.following == following);
         if !unchanged || restart {
-            sources.scrapers = Some(Scrapers { interval, tls, by_replica: HashMap::new() });
+            let by_replica = HashMap::new();
+            sources.scrapers = Some(Scrapers { interval, tls, following, by_replica });
         }
         let members = self.snapshot();
         if let Some(scrapers) = &mut sources.scrapers {
@@ -176,7 +189,8 @@ impl Scrapers {
         });
         let new: Vec<Arc<Replica>> =
             members.iter().filter(|r| !self.by_replica.contains_key(&key(r))).cloned().collect();
-        let handles = scrape::spawn_scrapers(&new, epoch, self.interval, &self.tls);
+        let handles =
+            scrape::spawn_scrapers(&new, epoch, self.interval, &self.tls, self.following.as_ref());
         for (replica, handle) in new.iter().zip(handles) {
             self.by_replica.insert(key(replica), handle);
         }

@@ -22,6 +22,7 @@ use crate::gateway::forward::ready::ReadyCounts;
 use crate::gateway::forward::retry::RetryBudget;
 use crate::gateway::health::{HealthTracker, ReliabilityMetrics};
 use crate::gateway::observe::GatewayMetrics;
+use crate::gateway::pick::prefix::EngineTokens;
 use crate::gateway::pick::prefix::PlacementStore;
 use crate::gateway::pick::{Picker, PrefixRouter};
 use crate::gateway::quota::{TenantMetrics, Tenants};
@@ -111,6 +112,8 @@ pub struct GatewayState {
     /// TLS to https replicas, read from `[upstream_tls]` when this state was built (so a
     /// reload reads the files again); shared by the connectors, scrapers and checks.
     pub upstream_tls: Arc<UpstreamTls>,
+    /// The served models' tokenizers and the engines' block hasher (prefix placement).
+    pub engine_tokens: EngineTokens,
     short: Connector,
     long: Connector,
     debug: Connector,
@@ -164,6 +167,7 @@ impl GatewayState {
             long: connector(Entry::Long),
             debug: connector(Entry::Debug),
             upstream_tls,
+            engine_tokens: EngineTokens::new(&config),
             config,
         }
     }

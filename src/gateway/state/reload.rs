@@ -18,6 +18,7 @@ use tokio::task::JoinHandle;
 use crate::gateway::config::DiscoveryConfig;
 use crate::gateway::config::{ConfigError, GatewayConfig};
 use crate::gateway::discovery;
+use crate::gateway::kv_events::following::Following;
 use crate::gateway::pick::{Picker, Replica, ReplicaSet, Source};
 use crate::gateway::state::GatewayState;
 
@@ -50,7 +51,8 @@ impl Reloader {
     pub async fn start(live: Arc<LiveState>) -> Self {
         let state = live.load_full();
         let set = state.picker.set();
-        set.scrape(state.config.scrape_interval, state.upstream_tls.clone(), true).await;
+        let following = Following::of(&state.config);
+        set.scrape(state.config.scrape_interval, state.upstream_tls.clone(), following, true).await;
         let config = state.config.discovery.clone();
         let task = config.is_active().then(|| discovery::spawn(set.clone(), &config));
         Self { live, discovery: Mutex::new(Discovery { config, task }) }
@@ -77,7 +79,9 @@ impl Reloader {
         let next = rebuild(&previous, config);
         // Certificate files were read again for the new state: scrapers reconnect with them.
         let tls_configured = next.config.upstream_tls != Default::default();
-        set.scrape(next.config.scrape_interval, next.upstream_tls.clone(), tls_configured).await;
+        let following = Following::of(&next.config);
+        let (interval, tls) = (next.config.scrape_interval, next.upstream_tls.clone());
+        set.scrape(interval, tls, following, tls_configured).await;
         forget_removed(&before, &next);
         let replicas = next.picker.snapshot().len();
         self.live.store(Arc::new(next));

@@ -445,6 +445,28 @@ pub const DOCS: &[Doc] = &[
          gateways."),
     key("prefix.share_prefixes", Any, FromFile,
         "With `limits.store` set, share which replica computed which prompt prefixes."),
+    key("prefix.tokenizers", Text("served model name = a folder holding `tokenizer.json`"),
+        none("none: prompts are read by approximate tokens"),
+        "Per served model, the folder of its `tokenizer.json`, `tokenizer_config.json` and chat \
+         template: its prompts are read as its engine tokenizes them (needed to match the \
+         engines' KV events)."),
+    // [kv_events]
+    key("kv_events.discover", Any, Value("false"),
+        "Ask every replica's `GET /kv_event_sources` where it publishes its KV-cache events, \
+         and place prefixes by what each engine really holds."),
+    key("kv_events.hash_seed", Text("not empty"), none("vLLM's own seed, `vllm-none-hash`"),
+        "The replicas' `PYTHONHASHSEED`, if they run with one: the parent of every prompt's \
+         first block hash."),
+    key("kv_events.max_blocks_per_replica", Int(1, 1 << 28), Value("1048576"),
+        "Blocks kept per replica; an account that would grow past it is dropped and the \
+         replica's cache counts as unknown."),
+    key("kv_events.sources[].replica", Text("the name of a `[[replicas]]` entry"),
+        none("required"), "The replica this publisher belongs to."),
+    key("kv_events.sources[].events", Text("`tcp://host:port` or `ipc://path`"),
+        none("required"), "The replica's KV-event publisher (its `--kv-events-config` endpoint)."),
+    key("kv_events.sources[].replay", Text("`tcp://host:port` or `ipc://path`"),
+        none("none: missed events are not replayed"),
+        "The replica's replay socket (`replay_endpoint`), asked for the batches a gap missed."),
     // [capacity]
     key("capacity.margin_percent", from(0.0, 1000.0), FromFile,
         "Demand is raised by this share before N-1 compares it with what survives a fault unit."),

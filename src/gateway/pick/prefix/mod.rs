@@ -7,9 +7,12 @@
 //! updated, prediction kept) -> [`PrefixFeedback`] (the replica's report, at the end).
 
 pub mod affinity;
+pub mod engine_held;
+pub mod engine_tokens;
 pub mod feedback;
 pub mod index;
 pub mod measured;
+pub mod model_tokenizer;
 pub mod placement_store;
 pub mod policy;
 pub mod sessions;
@@ -27,8 +30,9 @@ use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registr
 use super::replica::Replica;
 use crate::gateway::config::PrefixConfig;
 use crate::openai::{InferenceRequest, PromptInput};
-use crate::prompt_tokens::{block_hashes, mix, prompt_token_ids};
+use crate::prompt_tokens::{block_hashes, mix};
 
+pub use engine_tokens::EngineTokens;
 pub use feedback::{Prediction, PrefixFeedback};
 pub use index::BlockIndex;
 pub use placement_store::{FIRST_CHECKPOINT, PlacementStore, SharedPlacement, checkpoints};
@@ -42,6 +46,9 @@ pub use ttft::{QueueTtft, TtftEstimate};
 pub struct PromptKey {
     /// One hash per full block of the prompt.
     pub hashes: Vec<u64>,
+    /// The same blocks as the engines' KV events name them; empty unless events are
+    /// followed ([`EngineTokens::engine_hashes`]).
+    pub engine_hashes: Vec<u64>,
     /// Blocks a replica can serve from cache: vLLM always computes a prompt's last token,
     /// so at most `(prompt_tokens - 1) / block_size`.
     pub max_hit_blocks: usize,
@@ -59,10 +66,16 @@ pub struct PromptKey {
 }
 
 impl PromptKey {
-    pub fn new(request: &InferenceRequest, headers: &HeaderMap, config: &PrefixConfig) -> Self {
-        let tokens = prompt_token_ids(&request.prompt);
+    pub fn new(
+        request: &InferenceRequest,
+        headers: &HeaderMap,
+        config: &PrefixConfig,
+        engine: &EngineTokens,
+    ) -> Self {
+        let tokens = engine.token_ids(request);
         let block_size = config.block_size;
         let hashes = block_hashes(&tokens, block_size as usize);
+        let engine_hashes = engine.engine_hashes(&tokens);
         let prompt_tokens = tokens.len() as u64;
         let max_hit_blocks = (prompt_tokens.saturating_sub(1) / block_size) as usize;
         let header = headers.get(&config.session_header).map(|value| value.as_bytes());
@@ -79,6 +92,7 @@ impl PromptKey {
         let messages = chat.map(|messages| messages.len() as u64);
         Self {
             hashes,
+            engine_hashes,
             max_hit_blocks,
             prompt_tokens,
             block_size,

@@ -24,6 +24,7 @@
 use std::sync::Arc;
 
 use super::affinity::{LoadBound, session_places};
+use super::engine_held::with_engine_caches;
 use super::index::Held;
 use super::measured::MeasuredTtft;
 use super::ttft::{QueueTtft, TtftEstimate};
@@ -113,7 +114,8 @@ impl Policy for PrefixAware {
             candidates = contenders;
         }
         let names: Vec<&str> = candidates.iter().map(|&i| replicas[i].name.as_str()).collect();
-        let held = prompt.router.index.lookup(&names, prompt.key.hittable());
+        let guessed = prompt.router.index.lookup(&names, prompt.key.hittable());
+        let held = with_engine_caches(replicas, &candidates, guessed, prompt.key);
         let configured = QueueTtft {
             prefill_us_per_token: prompt.config.prefill_us_per_token,
             request_us: prompt.config.request_us,
@@ -290,6 +292,7 @@ mod tests {
     fn key() -> PromptKey {
         PromptKey {
             hashes: vec![1, 2, 3, 4],
+            engine_hashes: Vec::new(),
             max_hit_blocks: 4,
             prompt_tokens: 600,
             block_size: 128,

@@ -12,7 +12,7 @@ use rand::rngs::StdRng;
 use super::affinity::{LoadBound, session_places};
 use super::index::BlockIndex;
 use super::policy::PrefixAware;
-use super::{PrefixRouter, PromptKey, PromptPick, hash_bytes};
+use super::{EngineTokens, PrefixRouter, PromptKey, PromptPick, hash_bytes};
 use crate::gateway::config::PrefixConfig;
 use crate::gateway::pick::policy::{Policy, RequestShape};
 use crate::gateway::pick::test_fleet::{context, replicas};
@@ -29,7 +29,7 @@ fn key(group: u64, shared: u64, seed: u64, own: u64, headers: &HeaderMap) -> Pro
         {"role": "system", "content": system}, {"role": "user", "content": question}
     ]});
     let request = InferenceRequest::parse(Endpoint::Chat, body.to_string().as_bytes()).unwrap();
-    PromptKey::new(&request, headers, &PrefixConfig::default())
+    PromptKey::new(&request, headers, &PrefixConfig::default(), &EngineTokens::default())
 }
 
 #[test]
@@ -120,7 +120,7 @@ fn chat_turn(shared: u64, turn: u64, headers: &HeaderMap) -> PromptKey {
     messages.push(serde_json::json!({"role": "user", "content": text(2 * turn)}));
     let body = serde_json::json!({ "messages": messages });
     let request = InferenceRequest::parse(Endpoint::Chat, body.to_string().as_bytes()).unwrap();
-    PromptKey::new(&request, headers, &PrefixConfig::default())
+    PromptKey::new(&request, headers, &PrefixConfig::default(), &EngineTokens::default())
 }
 
 #[test]
@@ -308,7 +308,12 @@ fn sessions_are_read_from_the_header_then_the_user_field() {
     assert_eq!(key(1, 64, 0, 8, &headers).session, Some(hash_bytes(b"abc")));
     let body = br#"{"messages":[{"role":"user","content":"hi"}],"user":"u1"}"#;
     let request = InferenceRequest::parse(Endpoint::Chat, body).unwrap();
-    let from_user = PromptKey::new(&request, &HeaderMap::new(), &PrefixConfig::default());
+    let from_user = PromptKey::new(
+        &request,
+        &HeaderMap::new(),
+        &PrefixConfig::default(),
+        &EngineTokens::default(),
+    );
     assert_eq!(from_user.session, Some(hash_bytes(b"u1")));
     // 64 + 8 text tokens and 8 template tokens: 5 full blocks, the last not hittable.
     assert_eq!((none.hashes.len(), none.max_hit_blocks), (5, 4));
@@ -379,7 +384,7 @@ fn conversation_turn(conversation: u64, turns: u64) -> PromptKey {
     let request = InferenceRequest::parse(Endpoint::Chat, body.to_string().as_bytes()).unwrap();
     let mut headers = HeaderMap::new();
     headers.insert("x-session-id", format!("conversation-{conversation}").parse().unwrap());
-    PromptKey::new(&request, &headers, &PrefixConfig::default())
+    PromptKey::new(&request, &headers, &PrefixConfig::default(), &EngineTokens::default())
 }
 
 #[test]

@@ -9,8 +9,13 @@
 //! Block hashes come as the last 8 bytes of each digest, as a `u64` (vLLM's default), or as
 //! the whole 32-byte digest (`VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0`); both are read as the
 //! `u64` of the digest's last 8 bytes, big-endian, which is what the engine's int form is.
+//!
+//! [`encode`] writes a batch as vLLM 0.32.0 does (the simulator publishes with it): every
+//! field the engine writes, in its order, with its msgpack types, so that what a subscriber
+//! reads from the simulator is what it would read from the engine
+//! (`tests/data/kv_events/vllm-0.32.0-cpu.jsonl`; the tests re-encode it byte for byte).
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::block_hash::event_hash;
 
@@ -32,7 +37,7 @@ pub enum Event {
     Stored {
         hashes: Vec<u64>,
         parent: Option<u64>,
-        token_ids: Vec<u32>,
+        token_ids: Vec<u64>,
         block_size: u32,
         keyed: bool,
     },
@@ -66,6 +71,97 @@ pub fn decode(frames: &[&[u8]]) -> Result<Batch, WireError> {
     Ok(Batch { seq, ts, events, data_parallel_rank })
 }
 
+/// Writes one message as the engine does: the topic, the sequence number (8 bytes,
+/// big-endian) and the msgpack payload `[ts, events, data_parallel_rank]` (the rank left out
+/// when `None`). Hashes are written as integers, as vLLM's default; a keyed block (one whose
+/// hash covers extra keys) is written with an empty extra-keys tuple, since a [`Batch`] does
+/// not keep the keys themselves.
+pub fn encode(topic: &[u8], batch: &Batch) -> [Vec<u8>; 3] {
+    let events: Vec<OutEvent<'_>> = batch.events.iter().map(OutEvent::from).collect();
+    let payload = match batch.data_parallel_rank {
+        Some(rank) => rmp_serde::to_vec_named(&(batch.ts, events, rank)),
+        None => rmp_serde::to_vec_named(&(batch.ts, events)),
+    };
+    // Serializing into a Vec fails only for types msgpack cannot express; these are fixed.
+    let payload = payload.expect("a batch always serializes");
+    [topic.to_vec(), batch.seq.to_be_bytes().to_vec(), payload]
+}
+
+/// Where the engine says a block lives; the simulator's blocks are all in its (GPU) cache.
+const MEDIUM_GPU: &str = "GPU";
+/// The engine's attention type for a model with one KV-cache group of full attention.
+const FULL_ATTENTION: &str = "full_attention";
+
+/// An event as vLLM 0.32.0 writes it (a msgspec struct tagged by `type`, as a map, every
+/// field present, in this order).
+#[derive(Serialize)]
+#[serde(tag = "type")]
+enum OutEvent<'a> {
+    BlockStored {
+        block_hashes: &'a [u64],
+        parent_block_hash: Option<u64>,
+        token_ids: &'a [u64],
+        block_size: u32,
+        lora_id: Option<u64>,
+        medium: &'static str,
+        lora_name: Option<&'static str>,
+        extra_keys: ExtraKeys,
+        group_idx: u32,
+        kv_cache_spec_kind: &'static str,
+    },
+    BlockRemoved {
+        block_hashes: &'a [u64],
+        medium: &'static str,
+        group_idx: u32,
+    },
+    AllBlocksCleared {},
+}
+
+impl<'a> From<&'a Event> for OutEvent<'a> {
+    fn from(event: &'a Event) -> Self {
+        match event {
+            Event::Stored { hashes, parent, token_ids, block_size, keyed } => Self::BlockStored {
+                block_hashes: hashes,
+                parent_block_hash: *parent,
+                token_ids,
+                block_size: *block_size,
+                lora_id: None,
+                medium: MEDIUM_GPU,
+                lora_name: None,
+                extra_keys: ExtraKeys { blocks: hashes.len(), keyed: *keyed },
+                group_idx: 0,
+                kv_cache_spec_kind: FULL_ATTENTION,
+            },
+            Event::Removed { hashes } => {
+                Self::BlockRemoved { block_hashes: hashes, medium: MEDIUM_GPU, group_idx: 0 }
+            }
+            Event::AllCleared => Self::AllBlocksCleared {},
+        }
+    }
+}
+
+/// The per-block extra keys: `nil` for a block hashed from its tokens alone, an (empty)
+/// tuple for a keyed one.
+struct ExtraKeys {
+    blocks: usize,
+    keyed: bool,
+}
+
+impl Serialize for ExtraKeys {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut blocks = serializer.serialize_seq(Some(self.blocks))?;
+        for _ in 0..self.blocks {
+            if self.keyed {
+                blocks.serialize_element(&[(); 0])?;
+            } else {
+                blocks.serialize_element(&None::<()>)?;
+            }
+        }
+        blocks.end()
+    }
+}
+
 #[derive(Deserialize)]
 struct RawBatch(f64, Vec<RawEvent>, #[serde(default)] Option<i64>);
 
@@ -75,7 +171,7 @@ enum RawEvent {
     BlockStored {
         block_hashes: Vec<RawHash>,
         parent_block_hash: Option<RawHash>,
-        token_ids: Vec<u32>,
+        token_ids: Vec<u64>,
         block_size: u32,
         /// Per block: LoRA name, multimodal items, cache salt... A keyed block's hash
         /// covers them, so it cannot be hashed from tokens alone.

@@ -32,13 +32,13 @@ impl BlockHasher {
     }
 
     /// The digests of the full blocks of `tokens`, in order.
-    pub fn digests(&self, tokens: &[u32], block_size: usize) -> Vec<[u8; 32]> {
+    pub fn digests(&self, tokens: &[u64], block_size: usize) -> Vec<[u8; 32]> {
         Self::digests_after(self.none_hash, tokens, block_size)
     }
 
     /// The digests of the full blocks of `tokens` following the block whose digest is
     /// `parent`.
-    pub fn digests_after(parent: [u8; 32], tokens: &[u32], block_size: usize) -> Vec<[u8; 32]> {
+    pub fn digests_after(parent: [u8; 32], tokens: &[u64], block_size: usize) -> Vec<[u8; 32]> {
         let mut cbor = Vec::with_capacity(48 + block_size * 5);
         let mut parent = parent;
         let mut digests = Vec::with_capacity(tokens.len() / block_size.max(1));
@@ -49,7 +49,7 @@ impl BlockHasher {
             cbor.extend_from_slice(&parent);
             head(&mut cbor, MAJOR_ARRAY, block.len() as u64);
             for &token in block {
-                head(&mut cbor, MAJOR_UNSIGNED, u64::from(token));
+                head(&mut cbor, MAJOR_UNSIGNED, token);
             }
             cbor.push(NULL);
             parent = Sha256::digest(&cbor).into();
@@ -59,7 +59,7 @@ impl BlockHasher {
     }
 
     /// The hashes the engine's events carry for those blocks (each digest's last 8 bytes).
-    pub fn event_hashes(&self, tokens: &[u32], block_size: usize) -> Vec<u64> {
+    pub fn event_hashes(&self, tokens: &[u64], block_size: usize) -> Vec<u64> {
         self.digests(tokens, block_size).iter().map(event_hash).collect()
     }
 }
@@ -120,7 +120,7 @@ mod tests {
     #[test]
     fn only_full_blocks_are_hashed_and_each_depends_on_all_before_it() {
         let hasher = BlockHasher::new(DEFAULT_SEED);
-        let tokens: Vec<u32> = (0..300).collect();
+        let tokens: Vec<u64> = (0..300).collect();
         let digests = hasher.digests(&tokens, 128);
         assert_eq!(digests.len(), 2);
         let mut changed = tokens.clone();
