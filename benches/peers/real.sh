@@ -10,6 +10,11 @@
 #   laneway-prefix         policy = "prefix_aware"
 #   laneway-long-keep-alive  the default with the long entry on `keep_alive` (in REAL_PEERS only
 #                          when asked: the long entry's strategy on mixed traffic)
+#   laneway-events         the default placing by the engines' KV events (`[kv_events]
+#                          discover`, the model's tokenizer, block 128); the replicas then
+#                          publish them (scripts/real-vllm.sh serve --kv-events)
+#   laneway-x2, laneway-events-x3, ...  N gateways of that kind in front of the same
+#                          replicas, the client sending each request to the next in turn
 #   haproxy-lc-close-nd    HAProxy balance leastconn + option httpclose + option http-no-delay
 #   sglang-cache-aware     sglang-router --policy cache_aware
 #   vllm-cache-aware       vllm-router --policy cache_aware
@@ -40,6 +45,8 @@
 #   REAL_ROUNDS=N             interleaved rounds (default 3)
 #   REAL_PEERS                targets, among `laneway laneway-prefix haproxy sglang vllm`
 #                             and `laneway-long-keep-alive`
+#   REAL_KV_CACHE_BYTES=B     each vLLM replica's KV cache (default: the script's, 256M for
+#                             tiny = 131k tokens; 32M holds ~16k: eviction pressure)
 #   REAL_BASELINE=BINARY      adds target `laneway-baseline`: that build (e.g. main's before a
 #                             change) with the default configuration, beside the build under test
 #   REAL_LANEWAY_CONFIG       TOML (printf %b escapes) appended to every laneway target's
@@ -60,6 +67,7 @@ REAL_ROUNDS="${REAL_ROUNDS:-3}"
 REAL_PEERS="${REAL_PEERS:-laneway laneway-prefix haproxy sglang vllm}"
 REAL_LANEWAY_CONFIG="${REAL_LANEWAY_CONFIG:-}"
 REAL_BASELINE="${REAL_BASELINE:-}"
+REAL_KV_CACHE_BYTES="${REAL_KV_CACHE_BYTES:-}"
 REAL_SEED="${REAL_SEED:-47}"
 REAL_SLO_TTFT_MS="${REAL_SLO_TTFT_MS:-1000}"
 REAL_SLO_TPOT_MS="${REAL_SLO_TPOT_MS:-50}"
@@ -144,7 +152,9 @@ real_fleet_up() {
         REAL_FLEET_DESC="given: $R0, $R1 (REAL_REPLICAS; API processes as they were started)"
         return 0
     fi
-    if [[ "$REAL_FLEET_KEY" == "$REAL_FLEET:$api" ]] && curl -sf -m 2 -o /dev/null "$R0/health" \
+    local events=0
+    [[ " $REAL_PEERS " == *" laneway-events"* ]] && events=1
+    if [[ "$REAL_FLEET_KEY" == "$REAL_FLEET:$api:$events" ]] && curl -sf -m 2 -o /dev/null "$R0/health" \
         && curl -sf -m 2 -o /dev/null "$R1/health"; then
         return 0
     fi
@@ -158,9 +168,11 @@ real_fleet_up() {
             profile=(--profile "$REAL_SIM_PROFILE")
             profile_desc="profile $REAL_SIM_PROFILE"
         fi
+        local sim_events=()
+        ((events)) && sim_events=(--kv-events)
         for core in 0 1; do
             taskset -c "$core" "$LANEWAY" sim --port 0 "${profile[@]}" --served-model-name tiny \
-                --api-workers "$api" --id "real-sim-$core" >"$WORK/real-sim-$core.out" 2>"$WORK/real-sim-$core.err" &
+                --api-workers "$api" "${sim_events[@]}" --id "real-sim-$core" >"$WORK/real-sim-$core.out" 2>"$WORK/real-sim-$core.err" &
             PIDS+=($!)
             REAL_SIM_PIDS+=($!)
         done
@@ -186,16 +198,19 @@ real_fleet_up() {
         # Recorded before the start, so that an interrupted start is stopped too.
         REAL_FLEET_PORTS="$base,$((base + 1))"
         log "starting two vLLM replicas ($api API processes each) on ports $REAL_FLEET_PORTS"
-        if ! bash "$REAL_VLLM" serve --replicas 2 --base-port "$base" --cores 0,1 --api-servers "$api" >&2; then
+        local serve_args=(--replicas 2 --base-port "$base" --cores 0,1 --api-servers "$api")
+        [[ -n "$REAL_KV_CACHE_BYTES" ]] && serve_args+=(--kv-cache-bytes "$REAL_KV_CACHE_BYTES")
+        ((events)) && serve_args+=(--kv-events)
+        if ! bash "$REAL_VLLM" serve "${serve_args[@]}" >&2; then
             log "the replicas did not start"
             real_fleet_down
             return 1
         fi
         R0="http://127.0.0.1:$base"
         R1="http://127.0.0.1:$((base + 1))"
-        REAL_FLEET_DESC="two vLLM replicas (scripts/real-vllm.sh serve --replicas 2 --cores 0,1 --api-servers $api), cores 0 and 1"
+        REAL_FLEET_DESC="two vLLM replicas (scripts/real-vllm.sh serve ${serve_args[*]}), cores 0 and 1"
     fi
-    REAL_FLEET_KEY="$REAL_FLEET:$api"
+    REAL_FLEET_KEY="$REAL_FLEET:$api:$events"
     real_warm_up
 }
 
@@ -213,25 +228,48 @@ real_warm_up() {
 }
 
 # ----------------------------------------------------------------------------- targets
-# real_start_laneway NAME TOP TABLES [BINARY]: the build under test (or BINARY) in front of
-# R0 and R1; TOP lines go before any table (e.g. a policy), TABLES after them,
+# real_start_laneway NAME TOP TABLES [BINARY] [COUNT]: the build under test (or BINARY) in
+# front of R0 and R1, COUNT instances (default 1) as one target that takes requests in
+# turn; TOP lines go before any table (e.g. a policy), TABLES after them,
 # REAL_LANEWAY_CONFIG last.
 real_start_laneway() {
-    local name="$1" top="$2" tables="$3" binary="${4:-$LANEWAY}" port admin config
-    port="$(free_port)"
-    admin="$(free_port)"
-    config="$WORK/$name.toml"
-    {
-        echo "listen = \"127.0.0.1:$port\""
-        echo "admin_listen = \"127.0.0.1:$admin\""
-        [[ -n "$top" ]] && printf '%s\n' "$top"
-        [[ -n "$tables" ]] && printf '%s\n' "$tables"
-        printf '[[replicas]]\nname = "r0"\nurl = "%s"\n[[replicas]]\nname = "r1"\nurl = "%s"\n' "$R0" "$R1"
-        [[ -n "$REAL_LANEWAY_CONFIG" ]] && printf '%b\n' "$REAL_LANEWAY_CONFIG"
-    } >"$config"
-    "$binary" serve --config "$config" >"$WORK/$name.out" 2>"$WORK/$name.err" &
-    PIDS+=($!)
-    register_target "$name" "http://127.0.0.1:$port" "http://127.0.0.1:$admin/health" 30 "$WORK/$name.err"
+    local name="$1" top="$2" tables="$3" binary="${4:-$LANEWAY}" count="${5:-1}"
+    local port admin config instance urls="" failed=0
+    for ((instance = 0; instance < count; instance++)); do
+        port="$(free_port)"
+        admin="$(free_port)"
+        config="$WORK/$name-$instance.toml"
+        {
+            echo "listen = \"127.0.0.1:$port\""
+            echo "admin_listen = \"127.0.0.1:$admin\""
+            [[ -n "$top" ]] && printf '%s\n' "$top"
+            [[ -n "$tables" ]] && printf '%s\n' "$tables"
+            printf '[[replicas]]\nname = "r0"\nurl = "%s"\n[[replicas]]\nname = "r1"\nurl = "%s"\n' "$R0" "$R1"
+            [[ -n "$REAL_LANEWAY_CONFIG" ]] && printf '%b\n' "$REAL_LANEWAY_CONFIG"
+        } >"$config"
+        "$binary" serve --config "$config" >"$WORK/$name-$instance.out" 2>"$WORK/$name-$instance.err" &
+        PIDS+=($!)
+        if ! wait_http "http://127.0.0.1:$admin/health" 30; then
+            log "$name (instance $instance) did not start"; tail -n 5 "$WORK/$name-$instance.err" >&2 || true
+            failed=1
+        fi
+        urls+="${urls:++}http://127.0.0.1:$port"
+    done
+    if ((failed == 0)); then
+        TARGETS+=("$name=$urls")
+        TARGET_PIDS[$name]="${PIDS[-1]}"
+    fi
+}
+
+# What laneway-events adds: the engines' KV events, the model's own tokens, their block size.
+real_events_tables() {
+    if [[ "$REAL_FLEET" == sim ]]; then
+        # The simulator tokenizes approximately, as the gateway does without a tokenizer.
+        printf '[prefix]\nblock_size = 16\n[kv_events]\ndiscover = true\n'
+    else
+        printf '[prefix]\nblock_size = 128\ntokenizers = { tiny = "%s" }\n[kv_events]\ndiscover = true\n' \
+            "${LANEWAY_VLLM_HOME:-$HOME/.cache/laneway-vllm}/models/tiny"
+    fi
 }
 
 # The targets of REAL_PEERS in front of R0 and R1, unpinned (see the header).
@@ -241,9 +279,22 @@ real_start_peers() {
     TARGETS=()
     local peers="$REAL_PEERS"
     [[ -n "$REAL_BASELINE" ]] && peers="laneway-baseline $peers"
+    local count
     for peer in $peers; do
+        # laneway-x2, laneway-events-x3: that many gateways, one target.
+        count=1
+        if [[ "$peer" =~ ^(laneway.*)-x([0-9]+)$ ]]; then
+            count="${BASH_REMATCH[2]}"
+            case "${BASH_REMATCH[1]}" in
+                laneway) real_start_laneway "$peer" "" "" "$LANEWAY" "$count" ;;
+                laneway-events) real_start_laneway "$peer" "" "$(real_events_tables)" "$LANEWAY" "$count" ;;
+                *) log "REAL_PEERS: unknown peer $peer"; exit 2 ;;
+            esac
+            continue
+        fi
         case "$peer" in
             laneway) real_start_laneway laneway "" "" ;;
+            laneway-events) real_start_laneway laneway-events "" "$(real_events_tables)" ;;
             laneway-baseline) real_start_laneway laneway-baseline "" "" "$REAL_BASELINE" ;;
             laneway-prefix) real_start_laneway laneway-prefix 'policy = "prefix_aware"' "" ;;
             laneway-long-keep-alive)
@@ -257,12 +308,15 @@ real_start_peers() {
     real_targets_ready
 }
 
+# The first of a target's URLs (several gateways: URL1+URL2).
+url_first() { echo "${1%%+*}"; }
+
 # Each target answers /v1/models (a router that has not found its workers yet does not).
 real_targets_ready() {
     local target tries
     for target in "${TARGETS[@]}"; do
         for ((tries = 0; tries < 60; tries++)); do
-            curl -sf -m 2 -o /dev/null "${target#*=}/v1/models" && break
+            curl -sf -m 2 -o /dev/null "$(url_first "${target#*=}")/v1/models" && break
             sleep 0.5
         done
         ((tries < 60)) || log "${target%%=*}: /v1/models did not answer within 30 s"

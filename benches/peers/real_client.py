@@ -24,7 +24,8 @@ block through the salt):
           Poisson arrivals at R/s, N requests.
   closed  N requests of one shape from C closed-loop clients (entry-strategy checks).
 
-Targets NAME=URL run in interleaved rounds (A B C A B C ...). Token counts are calibrated
+Targets NAME=URL run in interleaved rounds (A B C A B C ...); NAME=URL1+URL2 is several
+gateways in front of the same replicas, taking requests in turn. Token counts are calibrated
 once: tokens per word of the word generator, from the replica's `/tokenize` when it has one,
 else from the `usage` of two one-token completions, else 1.3.
 
@@ -199,6 +200,28 @@ class _StaleConnection(Exception):
     pass
 
 
+class Spread:
+    """Several gateways in front of the same replicas, as one target (`URL1+URL2`): each
+    request goes to the next in turn, as a load balancer in front of them would send it."""
+
+    def __init__(self, urls):
+        self.pools = [Pool(url) for url in urls]
+        self.turn = 0
+
+    @property
+    def opened(self):
+        return sum(pool.opened for pool in self.pools)
+
+    async def close(self):
+        for pool in self.pools:
+            await pool.close()
+
+    async def request(self, *args, **kwargs):
+        pool = self.pools[self.turn % len(self.pools)]
+        self.turn += 1
+        return await pool.request(*args, **kwargs)
+
+
 async def fetch(url: str, method="GET", payload=None, timeout=10.0):
     """One request on a connection of its own; returns (status, body bytes)."""
     pool = Pool(url)
@@ -223,7 +246,8 @@ class Run:
         self.target = target
         self.round = round_no
         self.model = model
-        self.pool = Pool(url)
+        urls = url.split("+")
+        self.pool = Pool(url) if len(urls) == 1 else Spread(urls)
         self.tag = f"{args.name}-{target}-{round_no}-{args.seed}-{args.run_id}"
         self.tag_hash = hashlib.sha1(self.tag.encode()).hexdigest()[:8]
         self.records = []
@@ -663,9 +687,10 @@ def parse_args(argv):
     a.targets = []
     for spec in a.target:
         name, sep, url = spec.partition("=")
-        if not sep or not url.startswith("http://"):
-            p.error(f"--target wants NAME=http://HOST:PORT, not {spec!r}")
-        a.targets.append((name, url.rstrip("/")))
+        urls = url.split("+")
+        if not sep or not all(u.startswith("http://") for u in urls):
+            p.error(f"--target wants NAME=http://HOST:PORT[+http://HOST:PORT...], not {spec!r}")
+        a.targets.append((name, "+".join(u.rstrip("/") for u in urls)))
     a.replicas = [u.rstrip("/") for u in a.replicas.split(",") if u]
     return a
 
@@ -677,7 +702,7 @@ def log(message):
 async def main(argv):
     a = parse_args(argv)
     words = Words()
-    calibrate_url = a.calibrate_url or a.targets[0][1]
+    calibrate_url = a.calibrate_url or a.targets[0][1].split("+")[0]
     model = a.model or await discover_model(calibrate_url)
     calibration = await calibrate(calibrate_url, model, words)
     log(f"{a.name}: model {model}, {calibration['tokens_per_word']:.3f} tokens/word "

@@ -71,29 +71,64 @@ async fn a_prefix_computed_behind_the_gateways_back_is_placed_where_the_engine_h
     let mut config = config_for(&sims);
     config.prefix.block_size = BLOCK_SIZE;
     config.kv_events.discover = true;
+    // Two gateways follow the same replicas, as several behind one load balancer do.
+    let gateways = [start_gateway(config.clone()).await, start_gateway(config).await];
+    let names: Vec<String> = sims.iter().map(|sim| sim.id().to_string()).collect();
+    for gateway in &gateways {
+        wait_until("every replica's publisher followed", || {
+            names.iter().all(|name| account(gateway, name).1 != "not followed")
+        })
+        .await;
+    }
+
+    for context in 0..CONTEXTS {
+        // A client computes the context on one replica, straight, not through a gateway.
+        let holder = &sims[context as usize % REPLICAS];
+        let before: Vec<usize> = gateways.iter().map(|g| account(g, holder.id()).0).collect();
+        let (_, cached) = send(&holder.addr().to_string(), &body(context, 0)).await;
+        assert_eq!(cached, 0, "context {context} is new");
+        for (gateway, before) in gateways.iter().zip(before) {
+            wait_until("the replica's stored blocks reach the gateway", || {
+                account(gateway, holder.id()).0 >= before + (600 / BLOCK_SIZE as usize)
+            })
+            .await;
+        }
+        // Neither gateway saw that request; the engine's events told both.
+        for (question, gateway) in gateways.iter().enumerate() {
+            let asked = body(context, 1 + question as u64);
+            let (placed, cached) = send(&gateway.addr().to_string(), &asked).await;
+            assert_eq!(placed.as_deref(), Some(holder.id()), "context {context}");
+            assert!(cached >= 512, "context {context}: {cached} cached tokens");
+        }
+    }
+    for (gateway, name) in gateways.iter().flat_map(|g| names.iter().map(move |n| (g, n))) {
+        assert_eq!(account(gateway, name).1, "known", "{name}");
+    }
+}
+
+#[tokio::test]
+async fn replicas_that_hash_otherwise_are_refused_and_placed_by_the_index() {
+    let sims = start_publishing_sims().await;
+    let mut config = config_for(&sims);
+    config.prefix.block_size = BLOCK_SIZE;
+    config.kv_events.discover = true;
+    // As if the engines ran with another PYTHONHASHSEED than the gateway expects.
+    config.kv_events.hash_seed = "1234".into();
     let gateway = start_gateway(config).await;
     let names: Vec<String> = sims.iter().map(|sim| sim.id().to_string()).collect();
     wait_until("every replica's publisher followed", || {
         names.iter().all(|name| account(&gateway, name).1 != "not followed")
     })
     .await;
-
-    for context in 0..CONTEXTS {
-        // A client computes the context on one replica, straight, not through the gateway.
-        let holder = &sims[context as usize % REPLICAS];
-        let before = account(&gateway, holder.id()).0;
-        let (_, cached) = send(&holder.addr().to_string(), &body(context, 0)).await;
-        assert_eq!(cached, 0, "context {context} is new");
-        wait_until("the replica's stored blocks reach the gateway", || {
-            account(&gateway, holder.id()).0 >= before + (600 / BLOCK_SIZE as usize)
-        })
-        .await;
-        // The gateway never saw that request; the engine's events told it.
-        let (placed, cached) = send(&gateway.addr().to_string(), &body(context, 1)).await;
-        assert_eq!(placed.as_deref(), Some(holder.id()), "context {context}");
-        assert!(cached >= 512, "context {context}: {cached} cached tokens");
-    }
-    for name in &names {
-        assert_eq!(account(&gateway, name).1, "known", "{name}");
-    }
+    let (first, _) = send(&gateway.addr().to_string(), &body(99, 0)).await;
+    let first = first.unwrap();
+    wait_until("the first block hashed otherwise", || {
+        account(&gateway, &first).1 == "hash_mismatch"
+    })
+    .await;
+    assert_eq!(account(&gateway, &first).0, 0, "a refused account lists nothing");
+    // The index still knows where it placed the prompt.
+    let (again, cached) = send(&gateway.addr().to_string(), &body(99, 1)).await;
+    assert_eq!(again.as_deref(), Some(first.as_str()));
+    assert!(cached >= 512, "{cached}");
 }

@@ -69,6 +69,9 @@ impl Placement for VariantPlacement<'_> {
     }
 }
 
+/// Estimated prompt tokens from which the model's tokenizer runs off the async workers.
+const TOKENIZE_OFF_THREAD: u64 = 1024;
+
 /// A failed attempt that another replica may take over.
 enum Retryable {
     /// 503 before any byte: passed on as is if no retry happens.
@@ -82,7 +85,7 @@ pub async fn forward(
     ctx: &mut RequestCtx,
 ) -> Result<Response<ProxyBody>, GatewayError> {
     let admission = &state.shared.admission;
-    let key = prompt_key(state, &request);
+    let key = prompt_key(state, &request, ctx.prompt_tokens).await;
     let prefix = &state.shared.prefix;
     if let Some(key) = &key {
         prefix.recall_shared(key).await;
@@ -363,12 +366,25 @@ fn finish(
 
 /// The prompt's block hashes and session, when the variant's policy places by prompt and
 /// the body parses (a body that does not is the replica's to refuse; it is placed by load).
-fn prompt_key(state: &GatewayState, request: &Forwarding<'_>) -> Option<PromptKey> {
+/// A long prompt that the served model's tokenizer reads is read on a blocking thread: that
+/// takes up to a millisecond per thousand new tokens, which would stall every stream this
+/// worker relays.
+async fn prompt_key(
+    state: &Arc<GatewayState>,
+    request: &Forwarding<'_>,
+    estimated_tokens: u64,
+) -> Option<PromptKey> {
     if !request.variant.reads_prompts(&state.picker) {
         return None;
     }
     let endpoint = Endpoint::from_path(request.parts.uri.path())?;
     let parsed = InferenceRequest::parse(endpoint, request.body).ok()?;
+    if estimated_tokens >= TOKENIZE_OFF_THREAD && state.engine_tokens.has_tokenizer(&parsed) {
+        let (state, headers) = (state.clone(), request.parts.headers.clone());
+        let read =
+            move || PromptKey::new(&parsed, &headers, &state.config.prefix, &state.engine_tokens);
+        return tokio::task::spawn_blocking(read).await.ok();
+    }
     let (headers, config) = (&request.parts.headers, &state.config.prefix);
     Some(PromptKey::new(&parsed, headers, config, &state.engine_tokens))
 }

@@ -1,7 +1,8 @@
 """Two real vLLM replicas and laneway gateways in front of them, for test_real_vllm.py.
 
-The replicas come from `scripts/real-vllm.sh serve` (two replicas, one core each, the
-random-weight `tiny` model), started once per session and stopped at its end; or, with
+The replicas come from `scripts/real-vllm.sh serve --kv-events` (two replicas, one core each,
+the random-weight `tiny` model, publishing their KV-cache events), started once per session
+and stopped at its end; or, with
 `LANEWAY_REAL_REPLICAS=http://127.0.0.1:P1,http://127.0.0.1:P2`, ones already running (left
 running; the replica-loss test kills the second only if the script started it, and
 `scripts/real-vllm.sh serve` with the same ports brings it back). Each test starts its own
@@ -162,7 +163,10 @@ def replicas():
         cores = "0,1" if (os.cpu_count() or 1) >= 2 else "0,0"
         started = [base, base + 1]
         subprocess.run(
-            ["bash", str(SCRIPT), "serve", "--replicas", "2", "--base-port", str(base), "--cores", cores],
+            [
+                "bash", str(SCRIPT), "serve", "--replicas", "2", "--base-port", str(base),
+                "--cores", cores, "--kv-events",
+            ],
             check=True,
             timeout=SERVE_TIMEOUT_S,
             stdin=subprocess.DEVNULL,
@@ -187,7 +191,7 @@ def laneway_bin() -> str:
     return os.environ.get("LANEWAY_BIN", str(ROOT / "target" / "debug" / "laneway"))
 
 
-def gateway_config(replicas, policy: str, unknown: str) -> str:
+def gateway_config(replicas, policy: str, unknown: str, kv_events: bool = False) -> str:
     lines = [
         'listen = "127.0.0.1:0"',
         'admin_listen = "127.0.0.1:0"',
@@ -203,6 +207,12 @@ def gateway_config(replicas, policy: str, unknown: str) -> str:
         # vLLM's CPU backend caches prompts in blocks of 128 tokens.
         "[prefix]",
         "block_size = 128",
+    ]
+    if kv_events:
+        # The engine's own tokens (its tokenizer and chat template), hashed as its events are.
+        tokenizer = VLLM_HOME / "models" / SERVED_MODEL
+        lines += [f'tokenizers = {{ {SERVED_MODEL} = "{tokenizer}" }}', "[kv_events]", "discover = true"]
+    lines += [
         "[models]",
         f'unknown = "{unknown}"',
         "[admin]",
@@ -267,12 +277,13 @@ def next_line(lines: queue.Queue, process, deadline: float) -> str:
 
 @pytest.fixture
 def gateway(replicas, tmp_path):
-    """`start(policy=..., unknown=...) -> Gateway`; every gateway is killed at teardown."""
+    """`start(policy=..., unknown=..., kv_events=...) -> Gateway`; every gateway is killed at
+    teardown."""
     processes = []
 
-    def start(policy: str = "predicted_latency", unknown: str = "any") -> Gateway:
+    def start(policy: str = "predicted_latency", unknown: str = "any", kv_events: bool = False) -> Gateway:
         config = tmp_path / f"laneway-{len(processes)}.toml"
-        config.write_text(gateway_config(replicas, policy, unknown))
+        config.write_text(gateway_config(replicas, policy, unknown, kv_events))
         process = subprocess.Popen(
             [laneway_bin(), "serve", "--config", str(config)],
             stdout=subprocess.PIPE,

@@ -366,6 +366,49 @@ def test_sessions_keep_each_conversation_where_its_history_is(gateway, replicas)
     assert all(hits[name] == 0 for name in hits if name not in homes), hits
 
 
+def engine_blocks(gw, name: str):
+    """The blocks the gateway's account of replica `name` lists, and its verdict."""
+    sources = gw.replicas()[name]["kv_events"]
+    return (sources[0]["blocks"], sources[0]["verdict"]) if sources else (0, "not followed")
+
+
+def test_kv_events_place_a_prefix_computed_behind_the_gateways_back(gateway, replicas):
+    published = [httpx.get(f"{r.url}/kv_event_sources", timeout=10).json() for r in replicas]
+    if not all(published):
+        pytest.skip("these replicas publish no KV events (start them with --kv-events)")
+    gw = gateway(policy="prefix_latency", kv_events=True)
+    poll(
+        lambda: all(engine_blocks(gw, r.name)[1] != "not followed" for r in replicas),
+        15,
+        "every replica's publisher followed",
+    )
+    for i in range(4):
+        holder = replicas[i % 2]
+        prefix = salted_text(1500, f"kv-events-{i}")
+
+        def ask(url: str, question: str):
+            body = chat_body(question, 4, False, **IGNORE_EOS)
+            body["messages"].insert(0, {"role": "system", "content": prefix})
+            response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120)
+            assert response.status_code == 200, response.text
+            return response.headers.get("x-laneway-replica"), response.json()["usage"]
+
+        before = engine_blocks(gw, holder.name)[0]
+        # Straight to the replica: the gateway never sees the request that caches the prefix.
+        ask(holder.url, salted_text(20, f"kv-first-{i}"))
+        poll(
+            lambda: engine_blocks(gw, holder.name)[0] >= before + 11,
+            15,
+            f"the stored blocks of prefix {i} reach the gateway",
+        )
+        placed, usage = ask(gw.url, salted_text(20, f"kv-second-{i}"))
+        assert placed == holder.name, (i, placed)
+        # 1,500 tokens: at least 11 full blocks of 128, found where the events said.
+        assert usage["prompt_tokens_details"]["cached_tokens"] >= 11 * BLOCK, usage
+    for replica in replicas:
+        assert engine_blocks(gw, replica.name)[1] == "known", gw.replicas()[replica.name]["kv_events"]
+
+
 # --- replica loss (last: the second replica is drained, then killed) ----------------------
 
 

@@ -77,6 +77,11 @@ impl EngineTokens {
             .unwrap_or_default()
     }
 
+    /// Whether the request's model has a tokenizer of its own.
+    pub fn has_tokenizer(&self, request: &InferenceRequest) -> bool {
+        request.model.as_deref().is_some_and(|model| self.tokenizer(model).is_some())
+    }
+
     fn tokenizer(&self, model: &str) -> Option<&ModelTokenizer> {
         self.tokenizers.get(model).or_else(|| self.tokenizers.get(self.aliases.get(model)?))
     }

@@ -15,6 +15,7 @@ pub mod measured;
 pub mod model_tokenizer;
 pub mod placement_store;
 pub mod policy;
+pub mod segment_cache;
 pub mod sessions;
 pub mod ttft;
 

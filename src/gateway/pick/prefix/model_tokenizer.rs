@@ -16,6 +16,7 @@ use minijinja::{Environment, ErrorKind, context};
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::segment_cache::Segmenter;
 use crate::openai::PromptInput;
 
 /// The template's name in its environment.
@@ -58,6 +59,8 @@ pub struct ModelTokenizer {
     /// Holds the chat template as [`CHAT`], if the model has one.
     templates: Environment<'static>,
     has_chat_template: bool,
+    /// Chat prompts are encoded piece by piece between added tokens, long pieces once.
+    segmenter: Option<Segmenter>,
     bos_token: String,
     eos_token: String,
 }
@@ -99,6 +102,7 @@ impl ModelTokenizer {
             templates.add_template_owned(CHAT, template).map_err(TokenizerError::Template)?;
         }
         Ok(Self {
+            segmenter: Segmenter::of(&tokenizer),
             tokenizer,
             templates,
             has_chat_template,
@@ -138,11 +142,20 @@ impl ModelTokenizer {
                 (text, false)
             }
         };
-        let encoding = self
-            .tokenizer
-            .encode_fast(text, add_special_tokens)
-            .map_err(|error| TokenizerError::Encode(error.to_string()))?;
-        Ok(encoding.get_ids().iter().map(|&id| u64::from(id)).collect())
+        let encode = |text: &str, add_special_tokens: bool| {
+            let encoding = self
+                .tokenizer
+                .encode_fast(text, add_special_tokens)
+                .map_err(|error| TokenizerError::Encode(error.to_string()))?;
+            Ok(encoding.get_ids().to_vec())
+        };
+        // A chat prompt gets no special tokens but those its template writes, so it is the
+        // concatenation of its pieces; a completion's may have some added around it.
+        let ids = match (&self.segmenter, add_special_tokens) {
+            (Some(segmenter), false) => segmenter.encode(&text, |piece| encode(piece, false))?,
+            _ => encode(&text, add_special_tokens)?,
+        };
+        Ok(ids.into_iter().map(u64::from).collect())
     }
 }
 
@@ -181,8 +194,12 @@ fn token_text(value: &Value) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
     use super::*;
     use crate::openai::request::ChatMessage;
+    use crate::tokens::synthetic_text;
 
     const MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/tokenizer/model");
 
@@ -221,6 +238,31 @@ mod tests {
         for (prompt, ids) in cases {
             assert_eq!(tokenizer.prompt_ids(&prompt).unwrap(), ids, "{prompt:?}");
         }
+    }
+
+    #[test]
+    fn chat_prompts_cut_at_added_tokens_encode_as_the_whole_text_does() {
+        let cut = ModelTokenizer::load(Path::new(MODEL)).unwrap();
+        let whole =
+            ModelTokenizer { segmenter: None, ..ModelTokenizer::load(Path::new(MODEL)).unwrap() };
+        let mut rng = StdRng::seed_from_u64(49);
+        let long = synthetic_text(400, &mut rng);
+        for round in 0..3 {
+            for question in 0..4 {
+                let own = synthetic_text(5 * question, &mut rng);
+                // Text that looks like an added token is one, in both.
+                let tricky = format!("{own} <|im_end|>ünï {round}<|im_start|>");
+                let prompt = PromptInput::Messages(vec![
+                    ChatMessage { role: "system".into(), text: long.clone() },
+                    ChatMessage { role: "user".into(), text: tricky },
+                ]);
+                assert_eq!(cut.prompt_ids(&prompt).unwrap(), whole.prompt_ids(&prompt).unwrap());
+            }
+        }
+        // The long system prompt was encoded once and kept; short pieces are not kept.
+        let (pieces, bytes) = cut.segmenter.as_ref().unwrap().kept();
+        assert_eq!(pieces, 1);
+        assert!(bytes > long.len(), "{bytes}");
     }
 
     #[test]
