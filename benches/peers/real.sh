@@ -356,7 +356,7 @@ print("%(layers)s layers, hidden %(hidden)s, vocab %(vocab)s, seed %(seed)s" % m
     fi
     {
         echo -e "## Fleet: $REAL_FLEET_DESC\n"
-        [[ -n "$vllm_version" ]] && echo -e "vLLM $vllm_version; model \`tiny\` (random weights: $model); prefix caching on, block 128; \`--kv-cache-memory-bytes 256M -O0\`.\n"
+        [[ -n "$vllm_version" ]] && echo -e "vLLM $vllm_version; model \`tiny\` (random weights: $model); prefix caching on, block 128; \`--kv-cache-memory-bytes ${REAL_KV_CACHE_BYTES:-256M} -O0\`.\n"
         echo -e "laneway binary: \`$LANEWAY\` (built $(date -u -r "$LANEWAY" '+%Y-%m-%d %H:%M UTC'), tree $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- src 2>/dev/null || echo ' with uncommitted changes in src/')).\n"
     } >>"$OUT/results.md"
 }

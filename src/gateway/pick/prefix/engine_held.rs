@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use super::PromptKey;
-use super::index::Held;
+use super::index::{Held, Placed};
 use crate::gateway::pick::replica::Replica;
 
 /// `held` (the index's, per candidate) with each known engine cache in its place.
@@ -22,7 +22,7 @@ pub fn with_engine_caches(
     if key.engine_hashes.is_empty() {
         return held;
     }
-    let hittable = &key.engine_hashes[..key.max_hit_blocks.min(key.engine_hashes.len())];
+    let hittable = key.engine_hittable();
     for (guess, &i) in held.iter_mut().zip(candidates) {
         let Some(engine) = replicas[i].engine_cache.holds(hittable) else { continue };
         let guess_stands = if engine.known {
@@ -35,6 +35,22 @@ pub fn with_engine_caches(
         }
     }
     held
+}
+
+/// The blocks a request placed on `replica` will find cached, for the prefill it owes
+/// there: what the index had matched (`placed`), or the engine's own account where it is
+/// known and no copy this gateway placed is still being computed.
+pub fn cached_blocks(replica: &Replica, key: &PromptKey, placed: &Placed) -> usize {
+    let index = placed.matched;
+    if key.engine_hashes.is_empty() {
+        return index;
+    }
+    let computing = placed.previous.last().is_some_and(|previous| previous.computing);
+    match replica.engine_cache.holds(key.engine_hittable()) {
+        Some(engine) if engine.known && !computing => engine.blocks,
+        Some(engine) => engine.blocks.max(index),
+        None => index,
+    }
 }
 
 #[cfg(test)]
@@ -118,5 +134,38 @@ mod tests {
         // Without engine hashes (no events followed), the guess is all there is.
         let approximate = PromptKey { engine_hashes: Vec::new(), ..key };
         assert_eq!(with_engine_caches(&fleet, &all, guessed.clone(), &approximate), guessed);
+    }
+
+    #[test]
+    fn a_placement_owes_the_prefill_of_what_the_engine_lacks() {
+        use super::super::index::Previous;
+        let tokens: Vec<u64> = (0..4 * BLOCK as u64).collect();
+        let key = PromptKey {
+            hashes: vec![11, 12, 13, 14],
+            engine_hashes: BlockHasher::new(DEFAULT_SEED).event_hashes(&tokens, BLOCK),
+            max_hit_blocks: 3,
+            prompt_tokens: tokens.len() as u64,
+            block_size: BLOCK as u64,
+            session: None,
+            opens_conversation: false,
+            messages: None,
+        };
+        let fleet = replicas(3);
+        engine_holds(&fleet[0], &tokens, 4, 0);
+        engine_holds(&fleet[1], &tokens, 1, 0);
+        let computed = |matched: usize, computing: bool| Placed {
+            matched,
+            previous: vec![Previous { tick: 1, computing }; matched],
+        };
+        // Computed elsewhere, where the index never placed it: the engine's account.
+        assert_eq!(cached_blocks(&fleet[0], &key, &computed(0, false)), 3);
+        // The index's entries were evicted: the engine's account again.
+        assert_eq!(cached_blocks(&fleet[1], &key, &computed(3, false)), 1);
+        // A copy of ours still computing, which the events cannot show yet.
+        assert_eq!(cached_blocks(&fleet[1], &key, &computed(3, true)), 3);
+        // No events from the replica: the index.
+        assert_eq!(cached_blocks(&fleet[2], &key, &computed(2, false)), 2);
+        let approximate = PromptKey { engine_hashes: Vec::new(), ..key };
+        assert_eq!(cached_blocks(&fleet[0], &approximate, &computed(0, false)), 0);
     }
 }

@@ -107,6 +107,11 @@ impl PromptKey {
     pub fn hittable(&self) -> &[u64] {
         &self.hashes[..self.max_hit_blocks.min(self.hashes.len())]
     }
+
+    /// The same blocks as the engines' events name them (empty without events).
+    pub fn engine_hittable(&self) -> &[u64] {
+        &self.engine_hashes[..self.max_hit_blocks.min(self.engine_hashes.len())]
+    }
 }
 
 /// A stable 64-bit hash of some bytes (session ids, replica names: [`Replica::name_hash`]).
@@ -293,7 +298,7 @@ impl PrefixRouter {
         placed.matched = placed.matched.min(key.max_hit_blocks);
         placed.previous.truncate(placed.matched);
         self.metrics.index_bytes.set(self.index.bytes() as i64);
-        let cached = placed.matched as u64 * key.block_size;
+        let cached = engine_held::cached_blocks(replica, key, &placed) as u64 * key.block_size;
         let owed = key.prompt_tokens.saturating_sub(cached);
         replica.load.prefill_owed_tokens.fetch_add(owed, Ordering::Relaxed);
         let prediction = Prediction { placed, created, block_size: key.block_size, owed };

@@ -205,7 +205,7 @@ pub fn fastest(
         if most == 0 {
             0.0
         } else if a_copy_pays {
-            choice.copy_us_per_token_per_stream * replica.load.in_flight() as f64
+            choice.copy_us_per_token_per_stream * streams_on(replica, context)
         } else {
             choice.recompute_us_per_token
         }
@@ -260,6 +260,17 @@ impl Tie {
 /// `prefix_latency`'s tie: predictions within 10% or 2 ms of the fastest are equals.
 pub const MEASURED_TIE: Tie = Tie::Measured { share: 0.10, floor_us: 2000.0 };
 
+/// The streams a prefill on `replica` would stall: those this gateway sent there, or those
+/// its engine last reported running and waiting (other gateways' and clients' included),
+/// whichever is more.
+fn streams_on(replica: &Replica, context: &PickContext) -> f64 {
+    let own = replica.load.in_flight() as f64;
+    match replica.load.fresh_report(context.epoch, context.now, context.fresh_for) {
+        Some(report) => own.max((report.running + report.waiting) as f64),
+        None => own,
+    }
+}
+
 /// What [`fastest`] weighs a request by: its prompt, the TTFT estimate, the cost of
 /// recomputing a prefix another candidate holds, and the tie-breaker.
 pub struct Choice<'a> {
@@ -287,6 +298,7 @@ mod tests {
     use super::*;
     use crate::gateway::config::EntrySlo;
     use crate::gateway::pick::predict::{EngineEntry, LatencyProbe};
+    use crate::gateway::pick::replica::ReportedLoad;
     use crate::gateway::pick::test_fleet::{context, replicas, teach};
 
     fn key() -> PromptKey {
@@ -372,6 +384,12 @@ mod tests {
         // Eight streams decoding on r1: the copy's 2,944 extra tokens would stall each.
         set[1].load.in_flight.store(8, Ordering::Relaxed);
         assert_eq!(fastest(&set, &[0, 1], &held, &choice, &context()), Some(0));
+        // The same eight streams sent by another gateway: the engine reports them.
+        set[1].load.in_flight.store(0, Ordering::Relaxed);
+        let at = context();
+        let running = ReportedLoad { waiting: 0, running: 8, kv_cache_usage: 0.1 };
+        set[1].load.record_scrape(running, at.epoch, at.now);
+        assert_eq!(fastest(&set, &[0, 1], &held, &choice, &at), Some(0));
         // A move that does not pay (a session's conversation) pays the flat recompute
         // charge whatever r1 runs: 0.3 + 0.29 s, still under the 2 s hit.
         let session = PromptKey { session: Some(7), ..key.clone() };
