@@ -265,7 +265,7 @@ real_start_laneway() {
 real_events_tables() {
     if [[ "$REAL_FLEET" == sim ]]; then
         # The simulator tokenizes approximately, as the gateway does without a tokenizer.
-        printf '[prefix]\nblock_size = 16\n[kv_events]\ndiscover = true\n'
+        printf '[prefix]\nblock_size = 16\n[kv_events]\ndiscover = true\napproximate_tokens = true\n'
     else
         printf '[prefix]\nblock_size = 128\ntokenizers = { tiny = "%s" }\n[kv_events]\ndiscover = true\n' \
             "${LANEWAY_VLLM_HOME:-$HOME/.cache/laneway-vllm}/models/tiny"

@@ -71,6 +71,8 @@ async fn a_prefix_computed_behind_the_gateways_back_is_placed_where_the_engine_h
     let mut config = config_for(&sims);
     config.prefix.block_size = BLOCK_SIZE;
     config.kv_events.discover = true;
+    // The simulators tokenize as the gateway's approximation does.
+    config.kv_events.approximate_tokens = true;
     // Two gateways follow the same replicas, as several behind one load balancer do.
     let gateways = [start_gateway(config.clone()).await, start_gateway(config).await];
     let names: Vec<String> = sims.iter().map(|sim| sim.id().to_string()).collect();
@@ -112,6 +114,8 @@ async fn replicas_that_hash_otherwise_are_refused_and_placed_by_the_index() {
     let mut config = config_for(&sims);
     config.prefix.block_size = BLOCK_SIZE;
     config.kv_events.discover = true;
+    // The simulators tokenize as the gateway's approximation does.
+    config.kv_events.approximate_tokens = true;
     // As if the engines ran with another PYTHONHASHSEED than the gateway expects.
     config.kv_events.hash_seed = "1234".into();
     let gateway = start_gateway(config).await;

@@ -16,6 +16,7 @@ pub struct RawKvEvents {
     pub discover: Option<bool>,
     pub hash_seed: Option<String>,
     pub max_blocks_per_replica: Option<i64>,
+    pub approximate_tokens: Option<bool>,
     #[serde(default)]
     pub sources: Vec<RawEventSource>,
 }
@@ -50,6 +51,11 @@ pub struct KvEventsConfig {
     /// Blocks kept per replica; an account that would grow past it is dropped and the
     /// replica's cache counts as unknown.
     pub max_blocks_per_replica: usize,
+    /// The engines tokenize as laneway's approximation does (`laneway sim`): their events
+    /// are used for the prompts of models without a tokenizer in `prefix.tokenizers`.
+    /// Otherwise such prompts cannot be hashed as the engines hash them, and the index
+    /// places them.
+    pub approximate_tokens: bool,
 }
 
 impl Default for KvEventsConfig {
@@ -59,6 +65,7 @@ impl Default for KvEventsConfig {
             sources: BTreeMap::new(),
             hash_seed: crate::kv_events::block_hash::DEFAULT_SEED.to_string(),
             max_blocks_per_replica: 1 << 20,
+            approximate_tokens: false,
         }
     }
 }
@@ -123,6 +130,7 @@ pub(super) fn kv_events(
         None => default.hash_seed.clone(),
     };
     KvEventsConfig {
+        approximate_tokens: raw.approximate_tokens.unwrap_or(default.approximate_tokens),
         discover: raw.discover.unwrap_or(default.discover),
         sources,
         hash_seed,

@@ -457,6 +457,10 @@ pub const DOCS: &[Doc] = &[
     key("kv_events.hash_seed", Text("not empty"), none("vLLM's own seed, `vllm-none-hash`"),
         "The replicas' `PYTHONHASHSEED`, if they run with one: the parent of every prompt's \
          first block hash."),
+    key("kv_events.approximate_tokens", Any, Value("false"),
+        "The engines tokenize as laneway's approximation (`laneway sim`): their events are \
+         used for models without a tokenizer in `prefix.tokenizers`, which otherwise the index \
+         places."),
     key("kv_events.max_blocks_per_replica", Int(1, 1 << 28), Value("1048576"),
         "Blocks kept per replica; an account that would grow past it is dropped and the \
          replica's cache counts as unknown."),

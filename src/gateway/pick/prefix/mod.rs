@@ -75,9 +75,9 @@ impl PromptKey {
     ) -> Self {
         let tokens = engine.token_ids(request);
         let block_size = config.block_size;
-        let hashes = block_hashes(&tokens, block_size as usize);
+        let hashes = block_hashes(&tokens.ids, block_size as usize);
         let engine_hashes = engine.engine_hashes(&tokens);
-        let prompt_tokens = tokens.len() as u64;
+        let prompt_tokens = tokens.ids.len() as u64;
         let max_hit_blocks = (prompt_tokens.saturating_sub(1) / block_size) as usize;
         let header = headers.get(&config.session_header).map(|value| value.as_bytes());
         let session = header
