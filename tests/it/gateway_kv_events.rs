@@ -5,7 +5,7 @@
 //! gateway (a client that reaches the replica directly, or another gateway).
 
 use crate::support::gateway::*;
-use laneway::gateway::GatewayHandle;
+use laneway::gateway::{GatewayConfig, GatewayHandle};
 use laneway::sim::{self, SimConfig, SimHandle};
 use laneway::tokens::synthetic_text;
 use rand::SeedableRng;
@@ -27,6 +27,16 @@ async fn start_publishing_sims() -> Vec<SimHandle> {
         sims.push(sim::spawn(config).await.unwrap());
     }
     sims
+}
+
+/// A gateway in front of `sims` that follows their events.
+fn following_config(sims: &[SimHandle]) -> GatewayConfig {
+    let mut config = config_for(sims);
+    config.prefix.block_size = BLOCK_SIZE;
+    config.kv_events.discover = true;
+    // The simulators tokenize as the gateway's approximation does.
+    config.kv_events.approximate_tokens = true;
+    config
 }
 
 /// A chat request: context `context`'s system prompt (about 600 tokens), then a question.
@@ -68,11 +78,7 @@ fn account(gateway: &GatewayHandle, replica: &str) -> (usize, &'static str) {
 #[tokio::test]
 async fn a_prefix_computed_behind_the_gateways_back_is_placed_where_the_engine_holds_it() {
     let sims = start_publishing_sims().await;
-    let mut config = config_for(&sims);
-    config.prefix.block_size = BLOCK_SIZE;
-    config.kv_events.discover = true;
-    // The simulators tokenize as the gateway's approximation does.
-    config.kv_events.approximate_tokens = true;
+    let config = following_config(&sims);
     // Two gateways follow the same replicas, as several behind one load balancer do.
     let gateways = [start_gateway(config.clone()).await, start_gateway(config).await];
     let names: Vec<String> = sims.iter().map(|sim| sim.id().to_string()).collect();
@@ -111,11 +117,7 @@ async fn a_prefix_computed_behind_the_gateways_back_is_placed_where_the_engine_h
 #[tokio::test]
 async fn replicas_that_hash_otherwise_are_refused_and_placed_by_the_index() {
     let sims = start_publishing_sims().await;
-    let mut config = config_for(&sims);
-    config.prefix.block_size = BLOCK_SIZE;
-    config.kv_events.discover = true;
-    // The simulators tokenize as the gateway's approximation does.
-    config.kv_events.approximate_tokens = true;
+    let mut config = following_config(&sims);
     // As if the engines ran with another PYTHONHASHSEED than the gateway expects.
     config.kv_events.hash_seed = "1234".into();
     let gateway = start_gateway(config).await;

@@ -13,6 +13,7 @@ pub mod policy;
 pub mod predict;
 pub mod prefix;
 pub mod replica;
+mod replica_fetch;
 pub mod replica_health;
 pub mod round_robin;
 pub mod scrape;

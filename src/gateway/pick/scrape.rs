@@ -7,21 +7,17 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::replica::{Replica, ReportedLoad};
+use super::replica_fetch::{FetchError, ReplicaClient, fetch_body};
 use super::served_models;
 use crate::gateway::kv_events::following::Following;
 use crate::gateway::kv_events::sources;
 use crate::gateway::tls::upstream::UpstreamTls;
-
-type ScrapeClient = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;
 
 /// Largest `/metrics` body read; a replica's is a few tens of kB.
 const MAX_METRICS_BYTES: usize = 8 << 20;
@@ -39,7 +35,7 @@ pub fn spawn_scrapers(
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(interval.max(Duration::from_millis(100))));
-    let client: ScrapeClient =
+    let client: ReplicaClient =
         Client::builder(TokioExecutor::new()).build(tls.pooled_connector(connector));
     replicas
         .iter()
@@ -100,32 +96,19 @@ pub fn spawn_scrapers(
 /// The publishers the replica's `/kv_event_sources` names (none: it publishes no events,
 /// or is no vLLM).
 async fn discover_sources(
-    client: &ScrapeClient,
+    client: &ReplicaClient,
     replica: &Replica,
-) -> Result<Vec<crate::gateway::config::EventSource>, Box<dyn std::error::Error + Send + Sync>> {
-    let uri: http::Uri =
-        format!("{}://{}/kv_event_sources", replica.scheme(), replica.authority).parse()?;
-    let response = client.get(uri).await?;
-    if !response.status().is_success() {
-        return Err(format!("status {}", response.status()).into());
-    }
-    let body = http_body_util::Limited::new(response.into_body(), MAX_SOURCES_BYTES);
-    let bytes = body.collect().await?.to_bytes();
-    Ok(sources::parse(&bytes, sources::authority_host(&replica.authority))?)
+) -> Result<Vec<crate::gateway::config::EventSource>, FetchError> {
+    let body = fetch_body(client, replica, "/kv_event_sources", MAX_SOURCES_BYTES).await?;
+    Ok(sources::parse(&body, sources::authority_host(&replica.authority))?)
 }
 
 async fn scrape_once(
-    client: &ScrapeClient,
+    client: &ReplicaClient,
     replica: &Replica,
-) -> Result<ReportedLoad, Box<dyn std::error::Error + Send + Sync>> {
-    let uri: http::Uri = format!("{}://{}/metrics", replica.scheme(), replica.authority).parse()?;
-    let response = client.get(uri).await?;
-    if !response.status().is_success() {
-        return Err(format!("status {}", response.status()).into());
-    }
-    let body = http_body_util::Limited::new(response.into_body(), MAX_METRICS_BYTES);
-    let bytes = body.collect().await?.to_bytes();
-    Ok(parse_metrics(&String::from_utf8_lossy(&bytes)))
+) -> Result<ReportedLoad, FetchError> {
+    let body = fetch_body(client, replica, "/metrics", MAX_METRICS_BYTES).await?;
+    Ok(parse_metrics(&String::from_utf8_lossy(&body)))
 }
 
 /// Reads the queue figures from Prometheus text: waiting and running summed over every

@@ -3,16 +3,10 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use serde::Deserialize;
 
 use super::replica::Replica;
-
-type ModelsClient = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;
+use super::replica_fetch::{FetchError, ReplicaClient, fetch_body};
 
 /// How often the list is read: adapters load and unload in seconds, not milliseconds.
 pub const REFRESH_EVERY: Duration = Duration::from_secs(5);
@@ -35,7 +29,7 @@ struct ModelCard {
 
 /// Reads the replica's list and stores it; on any failure the last list stays (a replica
 /// that is briefly unreachable still serves what it served).
-pub async fn refresh(client: &ModelsClient, replica: &Replica) {
+pub async fn refresh(client: &ReplicaClient, replica: &Replica) {
     if let Ok(models) = fetch(client, replica).await
         && **replica.served_models.load() != models
     {
@@ -44,18 +38,8 @@ pub async fn refresh(client: &ModelsClient, replica: &Replica) {
     }
 }
 
-async fn fetch(
-    client: &ModelsClient,
-    replica: &Replica,
-) -> Result<Vec<String>, Box<dyn std::error::Error + Send + Sync>> {
-    let uri: http::Uri =
-        format!("{}://{}/v1/models", replica.scheme(), replica.authority).parse()?;
-    let response = client.get(uri).await?;
-    if !response.status().is_success() {
-        return Err(format!("status {}", response.status()).into());
-    }
-    let body = http_body_util::Limited::new(response.into_body(), MAX_BODY_BYTES);
-    parse(&body.collect().await?.to_bytes())
+async fn fetch(client: &ReplicaClient, replica: &Replica) -> Result<Vec<String>, FetchError> {
+    parse(&fetch_body(client, replica, "/v1/models", MAX_BODY_BYTES).await?)
 }
 
 /// The model ids of an OpenAI model list, at most [`MAX_MODELS_PER_REPLICA`], deduplicated.

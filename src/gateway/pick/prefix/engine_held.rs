@@ -90,19 +90,24 @@ mod tests {
         held.apply(&Batch { seq, ts: 0.0, events, data_parallel_rank: None }, &hasher);
     }
 
-    #[test]
-    fn known_engine_caches_replace_the_guess_but_not_a_copy_still_computing() {
-        let tokens: Vec<u64> = (0..4 * BLOCK as u64).collect();
-        let key = PromptKey {
+    /// A prompt of `tokens` (four blocks), three of which a hit can cover.
+    fn four_blocks(tokens: &[u64]) -> PromptKey {
+        PromptKey {
             hashes: vec![11, 12, 13, 14],
-            engine_hashes: BlockHasher::new(DEFAULT_SEED).event_hashes(&tokens, BLOCK),
+            engine_hashes: BlockHasher::new(DEFAULT_SEED).event_hashes(tokens, BLOCK),
             max_hit_blocks: 3,
             prompt_tokens: tokens.len() as u64,
             block_size: BLOCK as u64,
             session: None,
             opens_conversation: false,
             messages: None,
-        };
+        }
+    }
+
+    #[test]
+    fn known_engine_caches_replace_the_guess_but_not_a_copy_still_computing() {
+        let tokens: Vec<u64> = (0..4 * BLOCK as u64).collect();
+        let key = four_blocks(&tokens);
         let fleet = replicas(6);
         engine_holds(&fleet[0], &tokens, 0, 0); // evicted what the index expects there
         engine_holds(&fleet[1], &tokens, 4, 0); // computed it for a client the index never saw
@@ -140,16 +145,7 @@ mod tests {
     fn a_placement_owes_the_prefill_of_what_the_engine_lacks() {
         use super::super::index::Previous;
         let tokens: Vec<u64> = (0..4 * BLOCK as u64).collect();
-        let key = PromptKey {
-            hashes: vec![11, 12, 13, 14],
-            engine_hashes: BlockHasher::new(DEFAULT_SEED).event_hashes(&tokens, BLOCK),
-            max_hit_blocks: 3,
-            prompt_tokens: tokens.len() as u64,
-            block_size: BLOCK as u64,
-            session: None,
-            opens_conversation: false,
-            messages: None,
-        };
+        let key = four_blocks(&tokens);
         let fleet = replicas(3);
         engine_holds(&fleet[0], &tokens, 4, 0);
         engine_holds(&fleet[1], &tokens, 1, 0);
