@@ -1,10 +1,11 @@
 //! `laneway config reference`: every key of the config file with its type, default, bounds
 //! and meaning, as Markdown (committed as `docs/configuration-reference.md`). The keys and
 //! their types are read off the schema types ([`schema`]), the defaults off `default.toml`
-//! where it has them, and the bounds and meanings off the table in [`fields`], kept beside
+//! where it has them, and the bounds and meanings off the table in [`fields`] (rows of [`doc`]), kept beside
 //! the validation. Tests fail when a key has no entry, an entry names no key, a default is
 //! given twice, or a bound disagrees with what validation accepts.
 
+mod doc;
 mod fields;
 mod schema;
 
@@ -12,7 +13,8 @@ use std::fmt::Write;
 
 pub use schema::{Field, Kind, SchemaError};
 
-use fields::{Bounds, DOCS, Doc, Fallback, SECTIONS};
+use doc::{Bounds, Doc, Fallback};
+use fields::{DOCS, SECTIONS};
 
 /// Stands for each of the three entries in a documented path.
 const ENTRY: &str = "<entry>";

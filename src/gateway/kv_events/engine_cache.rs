@@ -78,12 +78,6 @@ impl EngineCache {
             .max_by_key(|held| (held.blocks, held.known))
     }
 
-    /// Whether every followed source is refused (hashes or block size that cannot match).
-    pub fn refused(&self) -> bool {
-        let sources = self.sources.lock();
-        !sources.is_empty() && sources.iter().all(|f| f.held.lock().verdict().refused())
-    }
-
     pub fn report(&self) -> Vec<SourceReport> {
         self.sources
             .lock()

@@ -4,7 +4,8 @@
 
 use std::collections::BTreeSet;
 
-use super::fields::{Bounds, DOCS, Doc, Fallback};
+use super::doc::{Bounds, Doc, Fallback};
+use super::fields::DOCS;
 use super::schema::{self, Kind};
 use super::{ENTRIES, default_of, default_table, markdown};
 use crate::gateway::config::GatewayConfig;
