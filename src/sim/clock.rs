@@ -36,6 +36,11 @@ impl SimClock {
         Self { origin: Instant::now(), speed }
     }
 
+    /// The wall-clock seconds that `simulated` seconds take at this clock's speed.
+    pub fn wall_seconds(&self, simulated: f64) -> f64 {
+        simulated / self.speed
+    }
+
     /// The current simulated time.
     pub fn now(&self) -> SimTime {
         SimTime((self.origin.elapsed().as_nanos() as f64 * self.speed) as u64)

@@ -95,6 +95,9 @@ struct Sequence {
     kv_event_blocks: Option<PromptEventBlocks>,
     blocks: SequenceBlocks,
     cached_tokens: u64,
+    /// When a step first scheduled it, and when its first token came.
+    scheduled_at: Option<SimTime>,
+    first_token_at: Option<SimTime>,
 }
 
 impl Sequence {
@@ -163,7 +166,7 @@ impl Engine {
             if let (Some(publisher), Some(events)) = (&mut self.kv_events, &mut events) {
                 publisher.publish(events.take());
             }
-            self.finish_step(&mut running, &plan, step_end, &mut kv);
+            self.finish_step(&mut running, &plan, (step_start, step_end), &mut kv);
             step_start = step_end;
             self.publish_load(&waiting, running.len(), kv.used_tokens());
         }
@@ -260,13 +263,14 @@ impl Engine {
         StepPlan { chunks, cost_us }
     }
 
-    /// Applies a finished step: advances prefills, hands out tokens, retires finished and
-    /// abandoned sequences (freeing their KV).
+    /// Applies a finished step (it ran `started..at`): advances prefills, hands out tokens,
+    /// retires finished and abandoned sequences (freeing their KV), and counts a finished
+    /// one's prefill time and prompt as vLLM does.
     fn finish_step(
         &self,
         running: &mut Vec<Sequence>,
         plan: &StepPlan,
-        at: SimTime,
+        (started, at): (SimTime, SimTime),
         kv: &mut KvCache,
     ) {
         let mut generated_total = 0;
@@ -282,12 +286,17 @@ impl Engine {
             }
             sequence.prefilled += chunk;
             prefilled_total += chunk;
+            sequence.scheduled_at.get_or_insert(started);
             if !sequence.is_decoding() {
                 return true;
             }
+            sequence.first_token_at.get_or_insert(at);
             sequence.generated += 1;
             generated_total += 1;
             let finished = sequence.generated >= sequence.max_tokens;
+            if finished {
+                self.observe_prefill(sequence);
+            }
             let cached_tokens = sequence.cached_tokens;
             let batch = TokenBatch { count: 1, at, finished, cached_tokens };
             // The channel holds max_tokens + 1 batches, so only a gone receiver fails here.
@@ -300,6 +309,17 @@ impl Engine {
         });
         self.metrics.prompt_tokens.inc_by(prefilled_total);
         self.metrics.generation_tokens.inc_by(generated_total);
+    }
+
+    /// A finished sequence's prefill, from its first scheduling to its first token, in
+    /// wall-clock seconds as a real engine counts it: a gateway sets this figure beside the
+    /// first tokens it times itself (at speed 1, the same as simulated seconds).
+    fn observe_prefill(&self, sequence: &Sequence) {
+        if let (Some(scheduled), Some(first)) = (sequence.scheduled_at, sequence.first_token_at) {
+            let prefill = self.clock.wall_seconds(first.seconds_since(scheduled));
+            self.metrics.request_prefill_time.observe(prefill);
+            self.metrics.request_prompt_tokens.observe(sequence.prompt_tokens as f64);
+        }
     }
 
     fn publish_load(&self, waiting: &VecDeque<Sequence>, running: usize, kv_reserved: u64) {
@@ -339,6 +359,8 @@ fn enqueue(
         kv_event_blocks: request.kv_event_blocks,
         blocks: SequenceBlocks::default(),
         cached_tokens: 0,
+        scheduled_at: None,
+        first_token_at: None,
     });
     step_start.max(request.ready_at)
 }

@@ -8,6 +8,9 @@ use prometheus::{
 
 use super::clock::SimTime;
 
+/// vLLM's buckets for prompt lengths (powers of two up to its 16k-token models' limit).
+const PROMPT_TOKEN_BUCKETS: &[f64] =
+    &[1.0, 8.0, 64.0, 256.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 32768.0, 65536.0];
 const TTFT_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
     20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
@@ -51,6 +54,11 @@ pub struct SimMetrics {
     pub prefix_cache_hits: IntCounter,
     pub request_success: IntCounterVec,
     pub time_to_first_token: Histogram,
+    /// Per finished request, from its first scheduling to its first token (vLLM's
+    /// `request_prefill_time_seconds`: queueing excluded), in wall-clock seconds.
+    pub request_prefill_time: Histogram,
+    /// Per finished request, its prompt tokens.
+    pub request_prompt_tokens: Histogram,
     pub inter_token_latency: Histogram,
     pub request_time_per_output_token: Histogram,
     pub e2e_request_latency: Histogram,
@@ -107,6 +115,16 @@ impl SimMetrics {
                 "Histogram of time to first token in seconds.",
                 TTFT_BUCKETS,
             )?,
+            request_prefill_time: histogram(
+                "vllm:request_prefill_time_seconds",
+                "Histogram of time spent in PREFILL phase for request.",
+                TTFT_BUCKETS,
+            )?,
+            request_prompt_tokens: histogram(
+                "vllm:request_prompt_tokens",
+                "Number of prefill tokens processed.",
+                PROMPT_TOKEN_BUCKETS,
+            )?,
             inter_token_latency: histogram(
                 "vllm:inter_token_latency_seconds",
                 "Histogram of inter-token latency in seconds.",
@@ -140,6 +158,8 @@ impl SimMetrics {
         registry.register(Box::new(self.prefix_cache_hits.clone()))?;
         registry.register(Box::new(self.request_success.clone()))?;
         registry.register(Box::new(self.time_to_first_token.clone()))?;
+        registry.register(Box::new(self.request_prefill_time.clone()))?;
+        registry.register(Box::new(self.request_prompt_tokens.clone()))?;
         registry.register(Box::new(self.inter_token_latency.clone()))?;
         registry.register(Box::new(self.request_time_per_output_token.clone()))?;
         registry.register(Box::new(self.e2e_request_latency.clone()))?;

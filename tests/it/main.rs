@@ -23,6 +23,7 @@ mod gateway_canary;
 mod gateway_canary_rollback;
 mod gateway_config;
 mod gateway_discovery;
+mod gateway_engine_speed;
 mod gateway_entries;
 mod gateway_hardening;
 mod gateway_hedge;

@@ -111,7 +111,7 @@ pub async fn forward(
     let probe = |replica: &Arc<Replica>, feedback: Option<&PrefixFeedback>| {
         let cached = feedback.map_or(0, PrefixFeedback::predicted_tokens);
         let owed = ctx.prompt_tokens.saturating_sub(cached);
-        LatencyProbe::begin(replica.clone(), owed, Instant::now(), entry)
+        LatencyProbe::begin(replica.clone(), owed, &state.picker.context(Instant::now()), entry)
     };
     let mut placement = probe(&replica, prefix_feedback.as_ref());
     state.shared.retry_budget.deposit();
@@ -268,8 +268,8 @@ fn start_hedge<'a>(
     }
     hedges.with_label_values(&["sent"]).inc();
     // Only streamed requests hedge.
-    let probe =
-        LatencyProbe::begin(next.clone(), prompt_tokens, Instant::now(), EngineEntry::AtAnswer);
+    let context = state.picker.context(Instant::now());
+    let probe = LatencyProbe::begin(next.clone(), prompt_tokens, &context, EngineEntry::AtAnswer);
     let connector = &request.variant.connector;
     let sending = Sending::Buffered(request.parts, request.body.clone());
     let send = async move { connector.send_by(&next, sending, deadline).await };
@@ -313,7 +313,8 @@ async fn rescue_when_freed<S>(
     // capacity a rescue would be one more request on a busy process.
     let in_time = |freed: &Replica| {
         let left = request.shape.slo.ttft.saturating_sub(sent_at.elapsed());
-        predicted_for(freed, &request.shape, Instant::now()).ttft <= left.as_secs_f64()
+        predicted_for(freed, &request.shape, &state.picker.context(Instant::now())).ttft
+            <= left.as_secs_f64()
     };
     let placed_there = |freed: &Replica| {
         in_time(freed)

@@ -82,6 +82,11 @@ impl Picker {
         self.snapshot().iter().find(|r| r.name == name).cloned()
     }
 
+    /// What a pick at `now` reads reported figures with, excluding nobody.
+    pub fn context(&self, now: Instant) -> PickContext {
+        PickContext { epoch: self.epoch, now, fresh_for: self.fresh_for, exclude: None }
+    }
+
     /// Picks a replica with the global policy among all replicas, never `exclude` (by name).
     pub fn pick(&self, exclude: Option<&str>) -> Option<Arc<Replica>> {
         self.pick_within(exclude, u64::MAX)
@@ -144,10 +149,8 @@ impl Picker {
             &filtered
         };
         let context = PickContext {
-            epoch: self.epoch,
-            now: Instant::now(),
-            fresh_for: self.fresh_for,
             exclude: exclude.and_then(|name| replicas.iter().position(|r| r.name == name)),
+            ..self.context(Instant::now())
         };
         let index = match prompt {
             Some(prompt) => policy.pick_prompt(replicas, &context, prompt, request)?,

@@ -19,6 +19,14 @@ pub struct PickContext {
     pub exclude: Option<usize>,
 }
 
+impl PickContext {
+    /// The requests on `replica` as best known now: this gateway's, or its engine's fresh
+    /// report of running and waiting ones (every gateway's and client's), whichever is more.
+    pub fn requests_on(&self, replica: &Replica) -> u64 {
+        replica.load.requests_on(self.epoch, self.now, self.fresh_for)
+    }
+}
+
 /// What a policy may know of the request itself: its size and the latency it must meet.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RequestShape {

@@ -226,6 +226,14 @@ impl ReplicaLoad {
         }
     }
 
+    /// The requests on the replica as best known at `now`: this gateway's in flight, or
+    /// what its engine last reported running and waiting if the report is younger than
+    /// `fresh_for` and says more (other gateways' and clients' requests included).
+    pub fn requests_on(&self, epoch: Instant, now: Instant, fresh_for: Duration) -> u64 {
+        let own = self.in_flight();
+        self.fresh_report(epoch, now, fresh_for).map_or(own, |r| own.max(r.running + r.waiting))
+    }
+
     /// The reported figures if they are younger than `fresh_for`, else `None`.
     pub fn fresh_report(
         &self,

@@ -12,6 +12,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::task::{JoinHandle, JoinSet};
 
+use super::predict::EngineWork;
 use super::replica::{Replica, ReportedLoad};
 use super::replica_fetch::{FetchError, ReplicaClient, fetch_body};
 use super::served_models;
@@ -80,8 +81,11 @@ pub fn spawn_scrapers(
                     // A slow replica must not stall the loop past a few intervals.
                     let scrape = tokio::time::timeout(interval * 4, scrape_once(&client, &replica));
                     match scrape.await {
-                        Ok(Ok(reported)) => {
-                            replica.load.record_scrape(reported, epoch, Instant::now())
+                        Ok(Ok(scraped)) => {
+                            replica.load.record_scrape(scraped.load, epoch, Instant::now());
+                            if let Some(work) = scraped.work {
+                                replica.latency.observe_engine_work(work);
+                            }
                         }
                         // Refused, 5xx or too slow: the picker avoids the replica until a
                         // scrape or a request gets through again.
@@ -103,18 +107,26 @@ async fn discover_sources(
     Ok(sources::parse(&body, sources::authority_host(&replica.authority))?)
 }
 
-async fn scrape_once(
-    client: &ReplicaClient,
-    replica: &Replica,
-) -> Result<ReportedLoad, FetchError> {
+async fn scrape_once(client: &ReplicaClient, replica: &Replica) -> Result<Scraped, FetchError> {
     let body = fetch_body(client, replica, "/metrics", MAX_METRICS_BYTES).await?;
     Ok(parse_metrics(&String::from_utf8_lossy(&body)))
 }
 
-/// Reads the queue figures from Prometheus text: waiting and running summed over every
-/// label set (several engines or models), KV use the largest of them.
-pub fn parse_metrics(text: &str) -> ReportedLoad {
+/// What one scrape read.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Scraped {
+    pub load: ReportedLoad,
+    /// vLLM's prefill counters, if it exports them ([`EngineWork`]).
+    pub work: Option<EngineWork>,
+}
+
+/// Reads the queue figures from Prometheus text (waiting and running summed over every
+/// label set, several engines or models; KV use the largest of them), and vLLM's prefill
+/// counters, summed likewise.
+pub fn parse_metrics(text: &str) -> Scraped {
     let mut reported = ReportedLoad::default();
+    let mut work = EngineWork::default();
+    let (mut prefills_seen, mut prompts_seen) = (false, false);
     for line in text.lines() {
         if line.starts_with('#') || line.is_empty() {
             continue;
@@ -140,10 +152,20 @@ pub fn parse_metrics(text: &str) -> ReportedLoad {
             "vllm:kv_cache_usage_perc" | "vllm:gpu_cache_usage_perc" | "sglang:token_usage" => {
                 reported.kv_cache_usage = reported.kv_cache_usage.max(value.clamp(0.0, 1.0));
             }
+            "vllm:request_prefill_time_seconds_sum" => work.prefill_seconds += value,
+            "vllm:request_prefill_time_seconds_count" => {
+                work.prefills += value;
+                prefills_seen = true;
+            }
+            "vllm:request_prompt_tokens_sum" => {
+                work.prompt_tokens += value;
+                prompts_seen = true;
+            }
+            "vllm:prefix_cache_hits_total" => work.cached_tokens += value,
             _ => {}
         }
     }
-    reported
+    Scraped { load: reported, work: (prefills_seen && prompts_seen).then_some(work) }
 }
 
 #[cfg(test)]
@@ -160,14 +182,35 @@ mod tests {
             vllm:num_requests_waiting_total 99\n";
         assert_eq!(
             parse_metrics(vllm),
-            ReportedLoad { waiting: 5, running: 7, kv_cache_usage: 0.25 }
+            Scraped {
+                load: ReportedLoad { waiting: 5, running: 7, kv_cache_usage: 0.25 },
+                work: None
+            }
         );
         let sglang = "sglang:num_queue_reqs{model_name=\"m\"} 4\nsglang:num_running_reqs 1\n\
             sglang:token_usage 0.5\n";
         assert_eq!(
-            parse_metrics(sglang),
+            parse_metrics(sglang).load,
             ReportedLoad { waiting: 4, running: 1, kv_cache_usage: 0.5 }
         );
-        assert_eq!(parse_metrics("vllm:gpu_cache_usage_perc 0.75\n").kv_cache_usage, 0.75);
+        assert_eq!(parse_metrics("vllm:gpu_cache_usage_perc 0.75\n").load.kv_cache_usage, 0.75);
+    }
+
+    #[test]
+    fn reads_vllms_prefill_counters_summed_over_engines() {
+        // As vLLM 0.32 exports them (labels trimmed), two engines.
+        let vllm = "vllm:request_prefill_time_seconds_sum{engine=\"0\",model_name=\"tiny\"} 1.0978\n\
+            vllm:request_prefill_time_seconds_count{engine=\"0\",model_name=\"tiny\"} 1.0\n\
+            vllm:request_prefill_time_seconds_bucket{engine=\"0\",le=\"0.3\"} 0.0\n\
+            vllm:request_prefill_time_seconds_sum{engine=\"1\",model_name=\"tiny\"} 0.028\n\
+            vllm:request_prefill_time_seconds_count{engine=\"1\",model_name=\"tiny\"} 1.0\n\
+            vllm:request_prompt_tokens_sum{engine=\"0\",model_name=\"tiny\"} 8008.0\n\
+            vllm:request_prompt_tokens_sum{engine=\"1\",model_name=\"tiny\"} 8008.0\n\
+            vllm:prefix_cache_hits_total{engine=\"1\",model_name=\"tiny\"} 7936.0\n";
+        let work = parse_metrics(vllm).work.unwrap();
+        assert!((work.prefill_seconds - 1.1258).abs() < 1e-9, "{work:?}");
+        assert_eq!((work.prefills, work.prompt_tokens, work.cached_tokens), (2.0, 16016.0, 7936.0));
+        // Without the prefill histogram there is nothing to fit.
+        assert_eq!(parse_metrics("vllm:prefix_cache_hits_total 5\n").work, None);
     }
 }

@@ -28,13 +28,18 @@ pub fn context() -> PickContext {
     PickContext { epoch, now: epoch, fresh_for: Duration::from_secs(1), exclude: None }
 }
 
+/// A context at `now`, nothing excluded, with no report read (none is fresh before it).
+pub fn context_at(now: Instant) -> PickContext {
+    PickContext { epoch: now, now, fresh_for: Duration::from_secs(1), exclude: None }
+}
+
 /// Teaches `replica` a prefill of `us_per_token` (and 10 ms of intercept) and a decode of
 /// `tpot_ms` per token, alone on it, over prompts of 500 to 4,000 tokens.
 pub fn teach(replica: &Replica, us_per_token: f64, tpot_ms: f64) {
     for round in 0..4 {
         for prompt in [500u64, 1000, 2000, 4000] {
             let seconds = 0.010 + us_per_token * 1e-6 * prompt as f64 + round as f64 * 1e-5;
-            replica.latency.observe_prefill((0, prompt), 0, Duration::from_secs_f64(seconds));
+            replica.latency.observe_prefill((0, prompt), 0, true, Duration::from_secs_f64(seconds));
             replica.latency.observe_decode(1.0, Duration::from_secs_f64(tpot_ms / 1000.0));
         }
     }

@@ -16,10 +16,12 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::concurrency::{COUNTS, TtftByConcurrency, slot};
+use super::engine_speed::{EngineSpeed, EngineWork};
 use super::envelope;
 use super::fit::DecayedLine;
 use super::overdue::{Overdue, Waiting};
 use crate::gateway::clock;
+use crate::gateway::pick::policy::PickContext;
 use crate::gateway::pick::replica::Replica;
 
 /// What a new replica is assumed to do before it has served anything: 50 ms plus 10 us a
@@ -74,6 +76,8 @@ pub struct LatencyEstimate {
     ttft_intercepts_published: [AtomicU64; COUNTS],
     ttft_spreads_published: [AtomicU64; COUNTS],
     models: Mutex<Models>,
+    /// The engine's own count of its prefill speed, where its `/metrics` has one.
+    engine_speed: EngineSpeed,
 }
 
 #[derive(Debug)]
@@ -116,6 +120,7 @@ impl Default for LatencyEstimate {
                 .map(|v| AtomicU64::new(v.to_bits())),
             ttft_spreads_published: models.prefill.spreads().map(|v| AtomicU64::new(v.to_bits())),
             models: Mutex::new(models),
+            engine_speed: EngineSpeed::default(),
         }
     }
 }
@@ -225,16 +230,41 @@ impl LatencyEstimate {
     }
 
     /// A request's first token came `ttft` after it was placed, its `own` prompt tokens
-    /// behind `ahead` others in the engine, with `others` other requests in flight on the
-    /// replica.
-    pub fn observe_prefill(&self, (ahead, own): (u64, u64), others: u64, ttft: Duration) {
+    /// behind `ahead` others in the engine, with `others` other requests on the replica;
+    /// `alone`: nothing was ahead of it, not even a request another gateway sent (the
+    /// engine reported none this gateway did not know), so it shows the engine's own
+    /// prefill speed ([`super::envelope`]). Behind three gateways, first tokens taken as
+    /// alone by one gateway's count were often queued behind the others' prefills, and
+    /// the slope read from them fell to a third of the engine's: a cache hit looked
+    /// barely faster than a miss, and load moved cached prefixes away.
+    pub fn observe_prefill(
+        &self,
+        (ahead, own): (u64, u64),
+        others: u64,
+        alone: bool,
+        ttft: Duration,
+    ) {
         let mut models = self.models.lock();
         let seconds = ttft.as_secs_f64();
         models.prefill.observe(others, (ahead + own) as f64, seconds);
-        if ahead == 0 {
+        if alone {
             models.prefill.observe_alone(own as f64, seconds);
         }
-        let slope = models.prefill.slope();
+        self.publish_prefill(&models);
+    }
+
+    /// A scrape read the engine's counters: where they give its prefill speed, that is the
+    /// slope, and each count's intercept is read net of it.
+    pub fn observe_engine_work(&self, work: EngineWork) {
+        if self.engine_speed.observe(work).is_some() {
+            self.publish_prefill(&self.models.lock());
+        }
+    }
+
+    /// Publishes the prefill model: the engine's slope if it counts one, else the one
+    /// learned from this gateway's first tokens; the intercepts and spreads net of it.
+    fn publish_prefill(&self, models: &Models) {
+        let slope = self.engine_speed.slope().unwrap_or_else(|| models.prefill.slope());
         self.ttft_slope_published.store(slope.to_bits(), Ordering::Relaxed);
         let intercepts = models.prefill.intercepts_at(slope);
         store_each(&self.ttft_intercepts_published, &intercepts);
@@ -293,8 +323,14 @@ pub struct LatencyProbe {
     prompt_tokens: u64,
     /// The engine's prompt tokens ahead of this one when it joined them (`None`: not yet).
     queued_ahead: Option<u64>,
-    /// Other requests in flight on the replica when this one was placed.
+    /// Other requests on the replica when this one was placed: this gateway's, or its
+    /// engine's report if that says more ([`PickContext::requests_on`]).
     others: u64,
+    /// Whether the engine reported requests this gateway did not send when this one was
+    /// placed: their prompts may have been ahead of it, unseen.
+    others_unseen: bool,
+    /// How reported figures are read when the stream ends.
+    context: PickContext,
     predicted_ttft: f64,
     placed_at: Instant,
     /// A streamed request's share of the replica's waiting ones, until its first token.
@@ -305,22 +341,27 @@ pub struct LatencyProbe {
 }
 
 impl LatencyProbe {
-    /// Places a request of `prompt_tokens` on `replica` at `now`.
+    /// Places a request of `prompt_tokens` on `replica` at `context.now`.
     pub fn begin(
         replica: Arc<Replica>,
         prompt_tokens: u64,
-        now: Instant,
+        context: &PickContext,
         entry: EngineEntry,
     ) -> Self {
+        let now = context.now;
         let estimate = &replica.latency;
         estimate.placements.fetch_add(1, Ordering::Relaxed);
         let size = envelope::bucket(prompt_tokens as f64);
         estimate.last_placed_by_size[size].store(clock::micros_at(now), Ordering::Relaxed);
         estimate.pending_prefill_tokens.fetch_add(prompt_tokens, Ordering::Relaxed);
-        // The request's own in-flight guard is already held.
-        let in_flight = replica.load.in_flight().max(1);
+        // The request's own in-flight guard is already held; the engine has not seen it.
+        let own_others = replica.load.in_flight().saturating_sub(1);
+        let reported = replica.load.fresh_report(context.epoch, now, context.fresh_for);
+        let engine_others = reported.map_or(0, |r| r.running + r.waiting);
+        let others = own_others.max(engine_others);
+        let others_unseen = engine_others > own_others;
         let ahead = estimate.engine_prefill_tokens();
-        let predicted_ttft = estimate.predict(ahead, prompt_tokens, in_flight).ttft;
+        let predicted_ttft = estimate.predict(ahead, prompt_tokens, others + 1).ttft;
         // Against the model's own prediction, not a scaled one: a late replica's new
         // requests would otherwise excuse the lateness of those before them.
         let waiting =
@@ -329,7 +370,9 @@ impl LatencyProbe {
             replica,
             prompt_tokens,
             queued_ahead: None,
-            others: in_flight - 1,
+            others,
+            others_unseen,
+            context: *context,
             predicted_ttft,
             placed_at: now,
             waiting,
@@ -365,9 +408,10 @@ impl LatencyProbe {
             return None;
         }
         let ttft = now.saturating_duration_since(self.placed_at);
-        self.decoding_with = Some(self.replica.load.in_flight().max(1));
+        self.decoding_with = Some(self.streams_at(now));
         let tokens = (queued_ahead, self.prompt_tokens);
-        self.replica.latency.observe_prefill(tokens, self.others, ttft);
+        let alone = queued_ahead == 0 && !self.others_unseen;
+        self.replica.latency.observe_prefill(tokens, self.others, alone, ttft);
         let measured = ttft.as_secs_f64();
         (measured > 0.0).then(|| (self.predicted_ttft - measured).abs() / measured)
     }
@@ -377,10 +421,16 @@ impl LatencyProbe {
     /// while the stream decoded slowed it more than the count at the start says).
     pub fn finished(&mut self, tpot: Duration) {
         if let Some(at_first_token) = self.decoding_with.take() {
-            let at_end = self.replica.load.in_flight().max(1);
+            let at_end = self.streams_at(Instant::now());
             let in_flight = (at_first_token + at_end) as f64 / 2.0;
             self.replica.latency.observe_decode(in_flight, tpot);
         }
+    }
+
+    /// Streams on the replica at `now`, this one included.
+    fn streams_at(&self, now: Instant) -> u64 {
+        let context = PickContext { now, ..self.context };
+        context.requests_on(&self.replica).max(1)
     }
 
     /// Gives back the pending prompt tokens; whether they were still owed.

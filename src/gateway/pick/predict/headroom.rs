@@ -38,7 +38,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
 
 use crate::gateway::pick::draw::Draws;
 use crate::gateway::pick::least_queue;
@@ -101,9 +100,9 @@ pub struct Margins {
 }
 
 impl Margins {
-    /// `request`'s margins on `replica` at `now`.
-    pub fn of(replica: &Replica, request: &RequestShape, now: Instant) -> Self {
-        let predicted = predicted_for(replica, request, now);
+    /// `request`'s margins on `replica` at `context.now`.
+    pub fn of(replica: &Replica, request: &RequestShape, context: &PickContext) -> Self {
+        let predicted = predicted_for(replica, request, context);
         // The TTFT judged is a spread above the mean: where first tokens are fast or late
         // by which API process takes the connection, the mean alone meets an objective
         // that many requests miss.
@@ -125,12 +124,18 @@ impl Margins {
     }
 }
 
-/// What `replica`'s estimate predicts at `now` for one more request of this shape, behind
-/// the prefill its engine owes and beside the requests it has in flight.
-pub fn predicted_for(replica: &Replica, request: &RequestShape, now: Instant) -> Predicted {
-    let in_flight = replica.load.in_flight() + 1;
+/// What `replica`'s estimate predicts at `context.now` for one more request of this shape,
+/// behind the prefill its engine owes and beside the requests on it (every gateway's, as
+/// its engine reports them: [`PickContext::requests_on`]).
+pub fn predicted_for(
+    replica: &Replica,
+    request: &RequestShape,
+    context: &PickContext,
+) -> Predicted {
+    let in_flight = context.requests_on(replica) + 1;
     let estimate = &replica.latency;
-    estimate.predict_at(now, estimate.engine_prefill_tokens(), request.prompt_tokens, in_flight)
+    let ahead = estimate.engine_prefill_tokens();
+    estimate.predict_at(context.now, ahead, request.prompt_tokens, in_flight)
 }
 
 /// Whether a headroom means both predictions are within `FIT_SHARE` of the SLO.
@@ -177,7 +182,7 @@ impl Policy for PredictedLatency {
         for step in 0..count {
             let index = nth_candidate((start + step) % count, context);
             let replica = &replicas[index];
-            let margins = Margins::of(replica, request, context.now);
+            let margins = Margins::of(replica, request, context);
             let room = margins.headroom();
             if fits(room) {
                 let score = least_queue::score(replica, context);

@@ -1,10 +1,12 @@
 //! Predicted-latency placement: per-replica latency estimates learned from the gateway's
 //! own streams ([`estimate`], over the line fit in [`fit`] and the TTFT-by-concurrency
-//! curve in [`concurrency`], whose slope per prompt token is [`envelope`]'s) and the policy that places each request on the least loaded
+//! curve in [`concurrency`], whose slope per prompt token is the engine's own count
+//! ([`engine_speed`]) or [`envelope`]'s) and the policy that places each request on the least loaded
 //! replica predicted to meet its SLO ([`headroom`]); its predictions are scaled up while a
 //! replica's waiting streams are late ([`overdue`]).
 
 pub mod concurrency;
+pub mod engine_speed;
 pub mod envelope;
 pub mod estimate;
 pub mod fit;
@@ -13,5 +15,6 @@ pub mod overdue;
 #[cfg(test)]
 mod tests;
 
+pub use engine_speed::EngineWork;
 pub use estimate::{EngineEntry, EstimateView, LatencyEstimate, LatencyProbe, Predicted};
 pub use headroom::PredictedLatency;

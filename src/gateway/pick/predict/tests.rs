@@ -12,8 +12,8 @@ use super::headroom::{Margins, fits};
 use super::{EngineEntry, LatencyProbe, PredictedLatency};
 use crate::gateway::config::EntrySlo;
 use crate::gateway::pick::policy::{PickContext, Policy, RequestShape};
-use crate::gateway::pick::replica::Replica;
-use crate::gateway::pick::test_fleet::{context, replicas};
+use crate::gateway::pick::replica::{Replica, ReportedLoad};
+use crate::gateway::pick::test_fleet::{context, context_at, replicas};
 
 fn shape(prompt_tokens: u64) -> RequestShape {
     RequestShape { prompt_tokens, slo: EntrySlo::default() }
@@ -38,7 +38,7 @@ impl Speed {
 fn serve(replica: &Arc<Replica>, prompt: u64, speed: Speed) {
     let start = Instant::now();
     let mut placement =
-        LatencyProbe::begin(replica.clone(), prompt, start, EngineEntry::AtPlacement);
+        LatencyProbe::begin(replica.clone(), prompt, &context_at(start), EngineEntry::AtPlacement);
     let ahead = replica.latency.engine_prefill_tokens();
     placement.first_token(start + speed.ttft(ahead));
     placement.finished(speed.tpot(replica.load.in_flight().max(1)));
@@ -73,8 +73,10 @@ fn the_estimate_learns_prefill_and_decode_speed_from_scripted_streams() {
 fn pending_prefill_tokens_are_owed_from_placement_to_first_token_or_drop() {
     let replica = replicas(1).remove(0);
     let now = Instant::now();
-    let mut first = LatencyProbe::begin(replica.clone(), 1000, now, EngineEntry::AtPlacement);
-    let second = LatencyProbe::begin(replica.clone(), 9000, now, EngineEntry::AtPlacement);
+    let mut first =
+        LatencyProbe::begin(replica.clone(), 1000, &context_at(now), EngineEntry::AtPlacement);
+    let second =
+        LatencyProbe::begin(replica.clone(), 9000, &context_at(now), EngineEntry::AtPlacement);
     assert_eq!(replica.latency.pending_prefill_tokens(), 10_000);
     let error = first.first_token(now + Duration::from_millis(40)).unwrap();
     assert!(error >= 0.0);
@@ -90,8 +92,10 @@ fn a_streamed_prompt_is_ahead_in_the_engine_from_its_answer_to_its_first_token()
     let replica = replicas(1).remove(0);
     let now = Instant::now();
     let estimate = &replica.latency;
-    let mut long = LatencyProbe::begin(replica.clone(), 9000, now, EngineEntry::AtAnswer);
-    let mut short = LatencyProbe::begin(replica.clone(), 1000, now, EngineEntry::AtAnswer);
+    let mut long =
+        LatencyProbe::begin(replica.clone(), 9000, &context_at(now), EngineEntry::AtAnswer);
+    let mut short =
+        LatencyProbe::begin(replica.clone(), 1000, &context_at(now), EngineEntry::AtAnswer);
     assert_eq!((estimate.pending_prefill_tokens(), estimate.engine_prefill_tokens()), (10_000, 0));
     short.answered();
     short.answered();
@@ -104,10 +108,12 @@ fn a_streamed_prompt_is_ahead_in_the_engine_from_its_answer_to_its_first_token()
     drop(long);
     assert_eq!((estimate.pending_prefill_tokens(), estimate.engine_prefill_tokens()), (0, 0));
     // Never answered: never in the engine's queue.
-    let unanswered = LatencyProbe::begin(replica.clone(), 4000, now, EngineEntry::AtAnswer);
+    let unanswered =
+        LatencyProbe::begin(replica.clone(), 4000, &context_at(now), EngineEntry::AtAnswer);
     assert_eq!(estimate.engine_prefill_tokens(), 0);
     drop(unanswered);
-    let unstreamed = LatencyProbe::begin(replica.clone(), 4000, now, EngineEntry::AtPlacement);
+    let unstreamed =
+        LatencyProbe::begin(replica.clone(), 4000, &context_at(now), EngineEntry::AtPlacement);
     assert_eq!(estimate.engine_prefill_tokens(), 4000);
     drop(unstreamed);
     assert_eq!((estimate.pending_prefill_tokens(), estimate.engine_prefill_tokens()), (0, 0));
@@ -122,9 +128,9 @@ fn slope_with_prompts_stuck_in_preprocessing(entry: EngineEntry) -> f64 {
     let line = |tokens: u64| Duration::from_secs_f64(0.06 + 50e-6 * tokens as f64);
     for round in 0..60 {
         let stuck_tokens = if round % 2 == 0 { 9000 } else { 1000 };
-        let stuck = LatencyProbe::begin(replica.clone(), stuck_tokens, start, entry);
+        let stuck = LatencyProbe::begin(replica.clone(), stuck_tokens, &context_at(start), entry);
         let prompt = if (round / 2) % 2 == 0 { 1000 } else { 9000 };
-        let mut probe = LatencyProbe::begin(replica.clone(), prompt, start, entry);
+        let mut probe = LatencyProbe::begin(replica.clone(), prompt, &context_at(start), entry);
         probe.answered();
         // The engine holds this prompt alone: the stuck one is not ahead of it.
         probe.first_token(start + line(prompt));
@@ -223,8 +229,12 @@ fn train(replica: &Arc<Replica>, streams: usize, others: u64, prompt: u64, ttft:
     replica.load.in_flight.store(others + 1, Ordering::Relaxed);
     for _ in 0..streams {
         let start = Instant::now();
-        let mut probe =
-            LatencyProbe::begin(replica.clone(), prompt, start, EngineEntry::AtPlacement);
+        let mut probe = LatencyProbe::begin(
+            replica.clone(),
+            prompt,
+            &context_at(start),
+            EngineEntry::AtPlacement,
+        );
         probe.first_token(start + Duration::from_secs_f64(ttft));
         probe.finished(Duration::from_secs_f64(tpot));
     }
@@ -359,7 +369,7 @@ fn past_capacity_a_coin_flip_in_time_beats_a_steady_miss() {
     }
     let request = with_slo(1000, 500, 50);
     let margins: Vec<Margins> =
-        set.iter().map(|r| Margins::of(r, &request, Instant::now())).collect();
+        set.iter().map(|r| Margins::of(r, &request, &context_at(Instant::now()))).collect();
     // Neither fits, and mean plus spread reads r0 as the nearer miss (-18% against -40%)...
     assert!(margins.iter().all(|m| !fits(m.headroom())), "{margins:?}");
     assert!(margins[0].headroom() > margins[1].headroom(), "{margins:?}");
@@ -377,7 +387,12 @@ fn exploration_goes_where_the_estimate_for_the_requests_size_is_stalest() {
     let now = Instant::now();
     let at = |ms| now + Duration::from_millis(ms);
     let place = |replica: &Arc<Replica>, prompt, ms| {
-        drop(LatencyProbe::begin(replica.clone(), prompt, at(ms), EngineEntry::AtPlacement))
+        drop(LatencyProbe::begin(
+            replica.clone(),
+            prompt,
+            &context_at(at(ms)),
+            EngineEntry::AtPlacement,
+        ))
     };
     // r0 had a long prompt and then a short one; r1 only short ones, the latest of all.
     place(&set[0], 9000, 0);
@@ -391,4 +406,47 @@ fn exploration_goes_where_the_estimate_for_the_requests_size_is_stalest() {
     // Sizes are powers of two: 12,000 tokens count with 9,000.
     place(&set[1], 12_000, 30);
     assert_eq!(policy.pick_for(&set, &context(), &shape(9000)), Some(0));
+}
+
+#[test]
+fn first_tokens_behind_another_gateways_prefill_do_not_flatten_the_prefill_slope() {
+    // The engine: 30 ms + 80 us a prompt token. This gateway's cache hits (200 tokens) and
+    // misses (3,000) each came alone; then its hits keep finding another gateway's 3,000-
+    // token prefill ahead, which only the engine's report shows.
+    let engine = |tokens: u64| Duration::from_secs_f64(0.03 + 80e-6 * tokens as f64);
+    let replica = replicas(1).remove(0);
+    let first_token = |prompt: u64, context: &PickContext, ttft: Duration| {
+        let mut probe =
+            LatencyProbe::begin(replica.clone(), prompt, context, EngineEntry::AtPlacement);
+        probe.first_token(context.now + ttft);
+    };
+    let epoch = Instant::now();
+    let context =
+        PickContext { epoch, now: epoch, fresh_for: Duration::from_secs(1), exclude: None };
+    for _ in 0..4 {
+        first_token(200, &context, engine(200));
+        first_token(3000, &context, engine(3000));
+    }
+    let slope = replica.latency.ttft_slope();
+    assert!((slope - 80e-6).abs() < 1e-6, "{slope}");
+    // The engine reports one request running that this gateway did not send.
+    let reported = ReportedLoad { running: 1, ..ReportedLoad::default() };
+    replica.load.record_scrape(reported, epoch, epoch);
+    for _ in 0..8 {
+        first_token(200, &context, engine(3000) + engine(200));
+    }
+    let kept = replica.latency.ttft_slope();
+    assert!((kept - slope).abs() < 1e-9, "{kept} against {slope}");
+    // Had the gateway taken them as alone, the hits' fastest would be 270 ms slower and
+    // the slope read off the two sizes a tenth of the engine's.
+    let mut alone = super::envelope::PrefillEnvelope::default();
+    for _ in 0..8 {
+        alone.observe(200.0, (engine(3000) + engine(200)).as_secs_f64());
+        alone.observe(3000.0, engine(3000).as_secs_f64());
+    }
+    assert!(alone.slope().unwrap() < 0.1 * slope, "{:?}", alone.slope());
+    // The intercept is kept by the engine's count: one other request ahead of the next.
+    let predicted = replica.latency.predict(0, 200, 2).ttft;
+    let alone_now = replica.latency.predict(0, 200, 1).ttft;
+    assert!(predicted > alone_now + 0.2, "{predicted} against {alone_now}");
 }

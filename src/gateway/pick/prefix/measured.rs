@@ -75,7 +75,9 @@ impl TtftEstimate for MeasuredTtft<'_> {
             Self::Learned { request } => request,
         };
         let estimate = &replica.latency;
-        let in_flight = replica.load.in_flight() + 1;
+        // Every gateway's requests count (the engine's report), as they do where the model
+        // learns (`LatencyProbe`).
+        let in_flight = context.requests_on(replica) + 1;
         let ahead = estimate.engine_prefill_tokens();
         let predicted = estimate.predict_at(context.now, ahead, uncached_tokens, in_flight);
         let mut us = predicted.ttft * 1e6 + FAILURE_PENALTY_US * replica.load.failures() as f64;
@@ -94,7 +96,7 @@ mod tests {
     use super::*;
     use crate::gateway::config::EntrySlo;
     use crate::gateway::pick::predict::{EngineEntry, LatencyProbe};
-    use crate::gateway::pick::test_fleet::{context, replicas, teach};
+    use crate::gateway::pick::test_fleet::{context, context_at, replicas, teach};
 
     fn shape(tpot_ms: u64) -> RequestShape {
         let slo = EntrySlo {
@@ -158,7 +160,14 @@ mod tests {
         assert!(on_time * 5.0 < miss_elsewhere, "{on_time} against {miss_elsewhere}");
         // Two streams placed on it 4 s before, each predicted about 0.2 s, and no first token.
         let late: Vec<LatencyProbe> = (0..2)
-            .map(|_| LatencyProbe::begin(set[0].clone(), 2000, context.now, EngineEntry::AtAnswer))
+            .map(|_| {
+                LatencyProbe::begin(
+                    set[0].clone(),
+                    2000,
+                    &context_at(context.now),
+                    EngineEntry::AtAnswer,
+                )
+            })
             .collect();
         let factor = set[0].latency.late_factor(later.now);
         assert!(factor > 10.0, "{factor}");
@@ -169,8 +178,12 @@ mod tests {
         drop(late);
         assert_eq!(hit(&estimate), on_time);
         // An unstreamed request's wait is its whole completion: no evidence.
-        let _unstreamed =
-            LatencyProbe::begin(set[0].clone(), 2000, context.now, EngineEntry::AtPlacement);
+        let _unstreamed = LatencyProbe::begin(
+            set[0].clone(),
+            2000,
+            &context_at(context.now),
+            EngineEntry::AtPlacement,
+        );
         assert_eq!(set[0].latency.late_factor(later.now), 1.0);
     }
 }

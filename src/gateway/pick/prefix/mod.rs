@@ -14,6 +14,7 @@ pub mod index;
 pub mod measured;
 pub mod model_tokenizer;
 pub mod placement_store;
+pub mod placement_trace;
 pub mod policy;
 pub mod segment_cache;
 pub mod sessions;

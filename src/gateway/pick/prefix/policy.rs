@@ -27,6 +27,7 @@ use super::affinity::{LoadBound, session_places};
 use super::engine_held::with_engine_caches;
 use super::index::Held;
 use super::measured::MeasuredTtft;
+use super::placement_trace::{self, Scored};
 use super::ttft::{QueueTtft, TtftEstimate};
 use super::{PromptKey, PromptPick};
 use crate::gateway::clock;
@@ -123,6 +124,15 @@ impl Policy for PrefixAware {
         if self.measured
             && let Some(stale) = stale_equal(replicas, &candidates, &held, prompt.key, context)
         {
+            if placement_trace::enabled() {
+                placement_trace::emit_measured_again(
+                    replicas,
+                    prompt.key,
+                    &candidates,
+                    &held,
+                    stale,
+                );
+            }
             return Some(stale);
         }
         let estimate = if self.measured {
@@ -210,15 +220,35 @@ pub fn fastest(
             choice.recompute_us_per_token
         }
     };
-    let scored: Vec<(f64, usize, usize)> = candidates
+    let scored: Vec<Scored> = candidates
         .iter()
         .zip(held)
-        .map(|(&i, held)| {
+        .map(|(&i, &held)| {
             let uncached = uncached(held.blocks);
-            let recomputed = (uncached - least_uncached) as f64 * extra_us_per_token(&replicas[i]);
-            (estimate.ttft_us(&replicas[i], uncached, context) + recomputed, held.blocks, i)
+            Scored {
+                replica: i,
+                held,
+                ttft_us: estimate.ttft_us(&replicas[i], uncached, context),
+                recompute_us: (uncached - least_uncached) as f64 * extra_us_per_token(&replicas[i]),
+            }
         })
         .collect();
+    let chosen = lowest_cost(replicas, &scored, choice, context)?;
+    if placement_trace::enabled() {
+        placement_trace::emit(replicas, key, &scored, chosen, context);
+    }
+    Some(chosen)
+}
+
+/// The candidate [`fastest`] chooses among those `scored`.
+fn lowest_cost(
+    replicas: &[Arc<Replica>],
+    scored: &[Scored],
+    choice: &Choice<'_>,
+    context: &PickContext,
+) -> Option<usize> {
+    let scored: Vec<(f64, usize, usize)> =
+        scored.iter().map(|s| (s.ttft_us + s.recompute_us, s.held.blocks, s.replica)).collect();
     let best = scored.iter().map(|s| s.0).fold(f64::INFINITY, f64::min);
     let mut equals: Vec<&(f64, usize, usize)> =
         scored.iter().filter(|s| s.0 <= best + choice.tie.us(best)).collect();
@@ -264,11 +294,7 @@ pub const MEASURED_TIE: Tie = Tie::Measured { share: 0.10, floor_us: 2000.0 };
 /// its engine last reported running and waiting (other gateways' and clients' included),
 /// whichever is more.
 fn streams_on(replica: &Replica, context: &PickContext) -> f64 {
-    let own = replica.load.in_flight() as f64;
-    match replica.load.fresh_report(context.epoch, context.now, context.fresh_for) {
-        Some(report) => own.max((report.running + report.waiting) as f64),
-        None => own,
-    }
+    context.requests_on(replica) as f64
 }
 
 /// What [`fastest`] weighs a request by: its prompt, the TTFT estimate, the cost of
@@ -299,7 +325,7 @@ mod tests {
     use crate::gateway::config::EntrySlo;
     use crate::gateway::pick::predict::{EngineEntry, LatencyProbe};
     use crate::gateway::pick::replica::ReportedLoad;
-    use crate::gateway::pick::test_fleet::{context, replicas, teach};
+    use crate::gateway::pick::test_fleet::{context, context_at, replicas, teach};
 
     fn key() -> PromptKey {
         PromptKey {
@@ -322,7 +348,12 @@ mod tests {
         let base = context();
         // The uncached tail is 88 tokens: what both were last placed for.
         let placed = |replica: usize, at: Instant| {
-            drop(LatencyProbe::begin(set[replica].clone(), 88, at, EngineEntry::AtPlacement));
+            drop(LatencyProbe::begin(
+                set[replica].clone(),
+                88,
+                &context_at(at),
+                EngineEntry::AtPlacement,
+            ));
         };
         placed(0, base.now);
         placed(1, base.now);
@@ -357,8 +388,12 @@ mod tests {
         let now = Instant::now();
         let _queued: Vec<LatencyProbe> = (0..4)
             .map(|_| {
-                let mut probe =
-                    LatencyProbe::begin(set[0].clone(), 5000, now, EngineEntry::AtAnswer);
+                let mut probe = LatencyProbe::begin(
+                    set[0].clone(),
+                    5000,
+                    &context_at(now),
+                    EngineEntry::AtAnswer,
+                );
                 probe.answered();
                 probe
             })

@@ -37,11 +37,7 @@ impl TtftEstimate for QueueTtft {
     fn ttft_us(&self, replica: &Replica, uncached_tokens: u64, context: &PickContext) -> f64 {
         let load = &replica.load;
         let owed = load.prefill_owed_tokens() as f64;
-        let in_flight = load.in_flight() as f64;
-        let requests = match load.fresh_report(context.epoch, context.now, context.fresh_for) {
-            Some(report) => in_flight.max((report.running + report.waiting) as f64),
-            None => in_flight,
-        };
+        let requests = context.requests_on(replica) as f64;
         self.prefill_us_per_token * (owed + uncached_tokens as f64)
             + self.request_us * requests
             + FAILURE_PENALTY_US * load.failures() as f64

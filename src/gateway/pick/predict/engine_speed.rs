@@ -1,0 +1,224 @@
+//! A replica's prefill speed as its engine counts it, over every request it prefilled (every
+//! gateway's and client's), not only this gateway's share.
+//!
+//! vLLM's `/metrics` sums, per finished request, the seconds from its first scheduling to
+//! its first token (`vllm:request_prefill_time_seconds`: no queue in it) and its prompt
+//! tokens (`vllm:request_prompt_tokens`), and counts the prompt tokens found cached
+//! (`vllm:prefix_cache_hits_total`). Over windows of a few prefills,
+//! `seconds = a * requests + b * uncached tokens`, fitted by least squares in which each new
+//! window discounts the old ones: `b` is the engine's seconds per uncached prompt token.
+//!
+//! A gateway's own first tokens teach the same slope ([`super::envelope`]) when it sends
+//! most of a replica's traffic. Behind three gateways each saw a third of it, its first
+//! tokens were too few and too often queued behind the others' prefills, and the slope it
+//! read fell from the engine's 80 us a token to 2.5-10: a cache hit looked barely faster
+//! than a miss, and load moved cached prefixes away. The engine's count has no such share.
+//!
+//! The fit is published once [`MIN_WINDOWS`] windows with different shares of cached
+//! tokens make both terms tell apart; a replica exporting none of these (SGLang, an older
+//! vLLM) keeps the gateway's own slope.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+/// Prefills a window holds before it becomes a point of the fit.
+const WINDOW_PREFILLS: f64 = 4.0;
+/// Weight each older window keeps when a new one closes: the last ~10 count most.
+const DECAY: f64 = 0.9;
+/// Windows needed before a slope is published.
+const MIN_WINDOWS: u32 = 3;
+/// How far from collinear the windows must be (as a share of the product of the two
+/// terms' spreads) for requests and tokens to be told apart.
+const MIN_INDEPENDENCE: f64 = 1e-3;
+
+/// The engine's cumulative counters, summed over its engines, as one scrape read them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct EngineWork {
+    /// `vllm:request_prefill_time_seconds_sum`.
+    pub prefill_seconds: f64,
+    /// `vllm:request_prefill_time_seconds_count`.
+    pub prefills: f64,
+    /// `vllm:request_prompt_tokens_sum`.
+    pub prompt_tokens: f64,
+    /// `vllm:prefix_cache_hits_total`.
+    pub cached_tokens: f64,
+}
+
+impl EngineWork {
+    /// `self - earlier`, `None` if any counter went back (the engine restarted).
+    fn since(self, earlier: EngineWork) -> Option<EngineWork> {
+        let delta = EngineWork {
+            prefill_seconds: self.prefill_seconds - earlier.prefill_seconds,
+            prefills: self.prefills - earlier.prefills,
+            prompt_tokens: self.prompt_tokens - earlier.prompt_tokens,
+            cached_tokens: self.cached_tokens - earlier.cached_tokens,
+        };
+        let counters =
+            [delta.prefill_seconds, delta.prefills, delta.prompt_tokens, delta.cached_tokens];
+        counters.iter().all(|v| *v >= 0.0).then_some(delta)
+    }
+
+    fn add(&mut self, delta: EngineWork) {
+        self.prefill_seconds += delta.prefill_seconds;
+        self.prefills += delta.prefills;
+        self.prompt_tokens += delta.prompt_tokens;
+        self.cached_tokens += delta.cached_tokens;
+    }
+}
+
+/// One replica's fit; scrapes write it, picks read the published slope.
+#[derive(Debug, Default)]
+pub struct EngineSpeed {
+    fit: Mutex<Fit>,
+    /// Seconds per uncached prompt token as `f64` bits; 0: none yet.
+    slope_bits: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Fit {
+    last: Option<EngineWork>,
+    window: EngineWork,
+    /// Decayed sums over windows of requests `n`, uncached tokens `u` and seconds `t`:
+    /// n*n, n*u, u*u, n*t, u*t.
+    sums: [f64; 5],
+    windows: u32,
+}
+
+impl EngineSpeed {
+    /// The engine's seconds per uncached prompt token, once measured.
+    pub fn slope(&self) -> Option<f64> {
+        let slope = f64::from_bits(self.slope_bits.load(Ordering::Relaxed));
+        (slope > 0.0).then_some(slope)
+    }
+
+    /// A scrape read `work`; returns the slope if this changed it.
+    pub fn observe(&self, work: EngineWork) -> Option<f64> {
+        let mut fit = self.fit.lock();
+        let last = fit.last.replace(work);
+        let delta = last.and_then(|last| work.since(last));
+        let Some(delta) = delta else {
+            // The first scrape, or the engine restarted: a new baseline, an empty window.
+            fit.window = EngineWork::default();
+            return None;
+        };
+        fit.window.add(delta);
+        if fit.window.prefills < WINDOW_PREFILLS {
+            return None;
+        }
+        let window = std::mem::take(&mut fit.window);
+        let n = window.prefills;
+        let u = (window.prompt_tokens - window.cached_tokens).max(0.0);
+        let t = window.prefill_seconds;
+        for sum in &mut fit.sums {
+            *sum *= DECAY;
+        }
+        for (sum, term) in fit.sums.iter_mut().zip([n * n, n * u, u * u, n * t, u * t]) {
+            *sum += term;
+        }
+        fit.windows += 1;
+        let slope = fit.slope()?;
+        self.slope_bits.store(slope.to_bits(), Ordering::Relaxed);
+        Some(slope)
+    }
+}
+
+impl Fit {
+    /// `b` of `t = a * n + b * u`, with `a` at least zero; `None` until the windows tell
+    /// the terms apart, or if the tokens took no time.
+    fn slope(&self) -> Option<f64> {
+        if self.windows < MIN_WINDOWS {
+            return None;
+        }
+        let [nn, nu, uu, nt, ut] = self.sums;
+        let determinant = nn * uu - nu * nu;
+        if uu <= 0.0 || determinant <= MIN_INDEPENDENCE * nn * uu {
+            return None;
+        }
+        let per_request = (uu * nt - nu * ut) / determinant;
+        let per_token = if per_request >= 0.0 {
+            (nn * ut - nu * nt) / determinant
+        } else {
+            // No fixed cost per request: the line through the origin.
+            ut / uu
+        };
+        (per_token > 0.0).then_some(per_token)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counters after `requests` more prefills of `prompt` tokens, `cached` of them cached,
+    /// each taking `fixed + per_token * uncached` seconds.
+    fn served(
+        work: &mut EngineWork,
+        requests: u32,
+        (prompt, cached): (f64, f64),
+        (fixed, per_token): (f64, f64),
+    ) -> EngineWork {
+        for _ in 0..requests {
+            work.add(EngineWork {
+                prefill_seconds: fixed + per_token * (prompt - cached),
+                prefills: 1.0,
+                prompt_tokens: prompt,
+                cached_tokens: cached,
+            });
+        }
+        *work
+    }
+
+    #[test]
+    fn hits_and_misses_tell_the_engines_cost_per_token_from_its_cost_per_request() {
+        let speed = EngineSpeed::default();
+        let engine = (0.01, 80e-6);
+        let mut work = EngineWork::default();
+        assert_eq!(speed.observe(work), None);
+        // Windows of misses, of hits and of both: 3,100 tokens, 2,944 of them cached.
+        for round in 0..3 {
+            speed.observe(served(&mut work, 4, (3100.0, 0.0), engine));
+            speed.observe(served(&mut work, 4, (3100.0, 2944.0), engine));
+            speed.observe(served(&mut work, 2, (3100.0, 0.0), engine));
+            let published = speed.observe(served(&mut work, 2, (3100.0, 2944.0), engine));
+            if round == 0 {
+                assert!(published.is_some(), "published with the third window");
+            }
+        }
+        let slope = speed.slope().unwrap();
+        assert!((slope - 80e-6).abs() < 1e-9, "{slope}");
+    }
+
+    #[test]
+    fn one_shape_of_request_says_nothing_and_a_restart_starts_over() {
+        let speed = EngineSpeed::default();
+        let mut work = EngineWork::default();
+        speed.observe(work);
+        for _ in 0..6 {
+            speed.observe(served(&mut work, 4, (1000.0, 0.0), (0.01, 50e-6)));
+        }
+        // Every window has the same tokens per request: no telling the two terms apart.
+        assert_eq!(speed.slope(), None);
+        // A restart: counters fall back. The next scrape is only a baseline.
+        let mut restarted = EngineWork::default();
+        assert_eq!(speed.observe(served(&mut restarted, 1, (500.0, 0.0), (0.01, 50e-6))), None);
+        for _ in 0..3 {
+            speed.observe(served(&mut restarted, 4, (4000.0, 0.0), (0.01, 50e-6)));
+            speed.observe(served(&mut restarted, 4, (200.0, 0.0), (0.01, 50e-6)));
+        }
+        let slope = speed.slope().unwrap();
+        assert!((slope - 50e-6).abs() < 1e-9, "{slope}");
+    }
+
+    #[test]
+    fn a_window_closes_only_with_enough_prefills() {
+        let speed = EngineSpeed::default();
+        let mut work = EngineWork::default();
+        speed.observe(work);
+        for _ in 0..12 {
+            // One prefill a scrape: a window every fourth.
+            speed.observe(served(&mut work, 1, (3000.0, 0.0), (0.0, 80e-6)));
+        }
+        assert_eq!(speed.fit.lock().windows, 3);
+    }
+}

@@ -1,0 +1,100 @@
+//! A debug trace of every prompt placement, at target `laneway::placement`: per candidate
+//! the blocks it holds of the prompt, its cost and what the cost was made of (its own
+//! in-flight requests, the engine's reported running and waiting, the prefill this gateway
+//! knows is queued there, how late its waiting streams are, its learned prefill slope), and
+//! the replica chosen. Built
+//! only when enabled (`RUST_LOG=info,laneway::placement=debug`), so a pick pays nothing
+//! for it otherwise. It answers "why did this request miss its cache?" request by request.
+
+use std::fmt::Write;
+use std::sync::Arc;
+
+use super::PromptKey;
+use super::index::Held;
+use crate::gateway::pick::policy::PickContext;
+use crate::gateway::pick::replica::Replica;
+
+/// Whether the trace is on.
+pub fn enabled() -> bool {
+    tracing::enabled!(target: "laneway::placement", tracing::Level::DEBUG)
+}
+
+/// One candidate as [`fastest`](super::policy::fastest) scored it.
+#[derive(Debug, Clone, Copy)]
+pub struct Scored {
+    pub replica: usize,
+    pub held: Held,
+    /// Its estimated TTFT, in microseconds.
+    pub ttft_us: f64,
+    /// What recomputing blocks another candidate holds was charged, in microseconds.
+    pub recompute_us: f64,
+}
+
+/// Writes the trace of one pick that chose `chosen`.
+pub fn emit(
+    replicas: &[Arc<Replica>],
+    key: &PromptKey,
+    scored: &[Scored],
+    chosen: usize,
+    context: &PickContext,
+) {
+    let mut candidates = String::new();
+    for s in scored {
+        let replica = &replicas[s.replica];
+        let reported = replica
+            .load
+            .fresh_report(context.epoch, context.now, context.fresh_for)
+            .map_or_else(|| "-".to_string(), |r| format!("{}+{}", r.running, r.waiting));
+        let _ = write!(
+            candidates,
+            "{}{} held={}{} ttft={:.1}ms recompute={:.1}ms in_flight={} reported={} ahead={} \
+             late={:.2} slope={:.1}us samples={}",
+            if candidates.is_empty() { "" } else { "; " },
+            replica.name,
+            s.held.blocks,
+            if s.held.computing { "(computing)" } else { "" },
+            s.ttft_us / 1e3,
+            s.recompute_us / 1e3,
+            replica.load.in_flight(),
+            reported,
+            replica.latency.engine_prefill_tokens(),
+            replica.latency.late_factor(context.now),
+            replica.latency.ttft_slope() * 1e6,
+            replica.latency.samples().0,
+        );
+    }
+    tracing::debug!(
+        target: "laneway::placement",
+        chosen = replicas[chosen].name.as_str(),
+        reason = "fastest",
+        prompt_tokens = key.prompt_tokens,
+        session = key.session.is_some(),
+        candidates = candidates.as_str(),
+        "placed"
+    );
+}
+
+/// Writes the trace of a pick that chose `chosen` to measure it again (it holds as much of
+/// the prompt as any candidate and had no request of its size for a while).
+pub fn emit_measured_again(
+    replicas: &[Arc<Replica>],
+    key: &PromptKey,
+    candidates: &[usize],
+    held: &[Held],
+    chosen: usize,
+) {
+    let mut holding = String::new();
+    for (&i, held) in candidates.iter().zip(held) {
+        let separator = if holding.is_empty() { "" } else { "; " };
+        let _ = write!(holding, "{separator}{} held={}", replicas[i].name, held.blocks);
+    }
+    tracing::debug!(
+        target: "laneway::placement",
+        chosen = replicas[chosen].name.as_str(),
+        reason = "measure_again",
+        prompt_tokens = key.prompt_tokens,
+        session = key.session.is_some(),
+        candidates = holding.as_str(),
+        "placed"
+    );
+}
