@@ -13,8 +13,10 @@
 #   laneway-events         the default placing by the engines' KV events (`[kv_events]
 #                          discover`, the model's tokenizer, block 128); the replicas then
 #                          publish them (scripts/real-vllm.sh serve --kv-events)
-#   laneway-x2, laneway-events-x3, ...  N gateways of that kind in front of the same
-#                          replicas, the client sending each request to the next in turn
+#   laneway-baseline-events  REAL_BASELINE's binary configured as laneway-events
+#   laneway-x2, laneway-events-x3, laneway-baseline-events-x3, ...  N gateways of that kind
+#                          in front of the same replicas, the client sending each request to
+#                          the next in turn
 #   haproxy-lc-close-nd    HAProxy balance leastconn + option httpclose + option http-no-delay
 #   sglang-cache-aware     sglang-router --policy cache_aware
 #   vllm-cache-aware       vllm-router --policy cache_aware
@@ -153,7 +155,7 @@ real_fleet_up() {
         return 0
     fi
     local events=0
-    [[ " $REAL_PEERS " == *" laneway-events"* ]] && events=1
+    [[ " $REAL_PEERS " =~ \ laneway(-baseline)?-events ]] && events=1
     if [[ "$REAL_FLEET_KEY" == "$REAL_FLEET:$api:$events" ]] && curl -sf -m 2 -o /dev/null "$R0/health" \
         && curl -sf -m 2 -o /dev/null "$R1/health"; then
         return 0
@@ -278,7 +280,7 @@ real_start_peers() {
     local PIN_PROXY=() peer
     TARGETS=()
     local peers="$REAL_PEERS"
-    [[ -n "$REAL_BASELINE" ]] && peers="laneway-baseline $peers"
+    [[ -n "$REAL_BASELINE" && " $peers " != *" laneway-baseline"* ]] && peers="laneway-baseline $peers"
     local count
     for peer in $peers; do
         # laneway-x2, laneway-events-x3: that many gateways, one target.
@@ -288,6 +290,8 @@ real_start_peers() {
             case "${BASH_REMATCH[1]}" in
                 laneway) real_start_laneway "$peer" "" "" "$LANEWAY" "$count" ;;
                 laneway-events) real_start_laneway "$peer" "" "$(real_events_tables)" "$LANEWAY" "$count" ;;
+                laneway-baseline-events)
+                    real_start_laneway "$peer" "" "$(real_events_tables)" "${REAL_BASELINE:?REAL_BASELINE=BINARY}" "$count" ;;
                 *) log "REAL_PEERS: unknown peer $peer"; exit 2 ;;
             esac
             continue
@@ -296,6 +300,8 @@ real_start_peers() {
             laneway) real_start_laneway laneway "" "" ;;
             laneway-events) real_start_laneway laneway-events "" "$(real_events_tables)" ;;
             laneway-baseline) real_start_laneway laneway-baseline "" "" "$REAL_BASELINE" ;;
+            laneway-baseline-events)
+                real_start_laneway laneway-baseline-events "" "$(real_events_tables)" "${REAL_BASELINE:?REAL_BASELINE=BINARY}" ;;
             laneway-prefix) real_start_laneway laneway-prefix 'policy = "prefix_aware"' "" ;;
             laneway-long-keep-alive)
                 real_start_laneway laneway-long-keep-alive "" $'[entries.long]\nstrategy = "keep_alive"' ;;
