@@ -319,6 +319,8 @@ impl Engine {
             let prefill = self.clock.wall_seconds(first.seconds_since(scheduled));
             self.metrics.request_prefill_time.observe(prefill);
             self.metrics.request_prompt_tokens.observe(sequence.prompt_tokens as f64);
+            let computed = sequence.prompt_tokens.saturating_sub(sequence.cached_tokens);
+            self.metrics.request_prefill_kv_computed_tokens.observe(computed as f64);
         }
     }
 

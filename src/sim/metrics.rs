@@ -59,6 +59,8 @@ pub struct SimMetrics {
     pub request_prefill_time: Histogram,
     /// Per finished request, its prompt tokens.
     pub request_prompt_tokens: Histogram,
+    /// Per finished request, the prompt tokens it computed (not found cached).
+    pub request_prefill_kv_computed_tokens: Histogram,
     pub inter_token_latency: Histogram,
     pub request_time_per_output_token: Histogram,
     pub e2e_request_latency: Histogram,
@@ -125,6 +127,11 @@ impl SimMetrics {
                 "Number of prefill tokens processed.",
                 PROMPT_TOKEN_BUCKETS,
             )?,
+            request_prefill_kv_computed_tokens: histogram(
+                "vllm:request_prefill_kv_computed_tokens",
+                "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+                PROMPT_TOKEN_BUCKETS,
+            )?,
             inter_token_latency: histogram(
                 "vllm:inter_token_latency_seconds",
                 "Histogram of inter-token latency in seconds.",
@@ -160,6 +167,7 @@ impl SimMetrics {
         registry.register(Box::new(self.time_to_first_token.clone()))?;
         registry.register(Box::new(self.request_prefill_time.clone()))?;
         registry.register(Box::new(self.request_prompt_tokens.clone()))?;
+        registry.register(Box::new(self.request_prefill_kv_computed_tokens.clone()))?;
         registry.register(Box::new(self.inter_token_latency.clone()))?;
         registry.register(Box::new(self.request_time_per_output_token.clone()))?;
         registry.register(Box::new(self.e2e_request_latency.clone()))?;

@@ -1,5 +1,5 @@
 //! A replica's prefill speed read off its engine's own counters (vLLM's
-//! `request_prefill_time_seconds`, prompt tokens and cached tokens, as the simulator exports
+//! `request_prefill_time_seconds` and `request_prefill_kv_computed_tokens`, as the simulator exports
 //! them): the gateway learns it from requests it never sent, as a gateway among several
 //! must, since it sees only its share of the first tokens.
 

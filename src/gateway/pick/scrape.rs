@@ -126,7 +126,7 @@ pub struct Scraped {
 pub fn parse_metrics(text: &str) -> Scraped {
     let mut reported = ReportedLoad::default();
     let mut work = EngineWork::default();
-    let (mut prefills_seen, mut prompts_seen) = (false, false);
+    let (mut prefills_seen, mut computed_seen) = (false, false);
     for line in text.lines() {
         if line.starts_with('#') || line.is_empty() {
             continue;
@@ -157,15 +157,14 @@ pub fn parse_metrics(text: &str) -> Scraped {
                 work.prefills += value;
                 prefills_seen = true;
             }
-            "vllm:request_prompt_tokens_sum" => {
-                work.prompt_tokens += value;
-                prompts_seen = true;
+            "vllm:request_prefill_kv_computed_tokens_sum" => {
+                work.computed_tokens += value;
+                computed_seen = true;
             }
-            "vllm:prefix_cache_hits_total" => work.cached_tokens += value,
             _ => {}
         }
     }
-    Scraped { load: reported, work: (prefills_seen && prompts_seen).then_some(work) }
+    Scraped { load: reported, work: (prefills_seen && computed_seen).then_some(work) }
 }
 
 #[cfg(test)]
@@ -204,13 +203,16 @@ mod tests {
             vllm:request_prefill_time_seconds_bucket{engine=\"0\",le=\"0.3\"} 0.0\n\
             vllm:request_prefill_time_seconds_sum{engine=\"1\",model_name=\"tiny\"} 0.028\n\
             vllm:request_prefill_time_seconds_count{engine=\"1\",model_name=\"tiny\"} 1.0\n\
-            vllm:request_prompt_tokens_sum{engine=\"0\",model_name=\"tiny\"} 8008.0\n\
-            vllm:request_prompt_tokens_sum{engine=\"1\",model_name=\"tiny\"} 8008.0\n\
+            vllm:request_prefill_kv_computed_tokens_sum{engine=\"0\",model_name=\"tiny\"} 8008.0\n\
+            vllm:request_prefill_kv_computed_tokens_count{engine=\"0\",model_name=\"tiny\"} 1.0\n\
+            vllm:request_prefill_kv_computed_tokens_sum{engine=\"1\",model_name=\"tiny\"} 72.0\n\
             vllm:prefix_cache_hits_total{engine=\"1\",model_name=\"tiny\"} 7936.0\n";
         let work = parse_metrics(vllm).work.unwrap();
         assert!((work.prefill_seconds - 1.1258).abs() < 1e-9, "{work:?}");
-        assert_eq!((work.prefills, work.prompt_tokens, work.cached_tokens), (2.0, 16016.0, 7936.0));
-        // Without the prefill histogram there is nothing to fit.
-        assert_eq!(parse_metrics("vllm:prefix_cache_hits_total 5\n").work, None);
+        assert_eq!((work.prefills, work.computed_tokens), (2.0, 8080.0));
+        // Without the computed tokens there is nothing to fit.
+        let older = "vllm:request_prefill_time_seconds_sum 1.0\n\
+            vllm:request_prefill_time_seconds_count 1.0\n";
+        assert_eq!(parse_metrics(older).work, None);
     }
 }

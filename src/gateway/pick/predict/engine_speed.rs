@@ -2,9 +2,9 @@
 //! gateway's and client's), not only this gateway's share.
 //!
 //! vLLM's `/metrics` sums, per finished request, the seconds from its first scheduling to
-//! its first token (`vllm:request_prefill_time_seconds`: no queue in it) and its prompt
-//! tokens (`vllm:request_prompt_tokens`), and counts the prompt tokens found cached
-//! (`vllm:prefix_cache_hits_total`). Over windows of a few prefills,
+//! its first token (`vllm:request_prefill_time_seconds`: no queue in it) and the prompt
+//! tokens it computed, those not found cached (`vllm:request_prefill_kv_computed_tokens`).
+//! Over windows of a few prefills,
 //! `seconds = a * requests + b * uncached tokens`, fitted by least squares in which each new
 //! window discounts the old ones: `b` is the engine's seconds per uncached prompt token.
 //!
@@ -32,17 +32,16 @@ const MIN_WINDOWS: u32 = 3;
 /// terms' spreads) for requests and tokens to be told apart.
 const MIN_INDEPENDENCE: f64 = 1e-3;
 
-/// The engine's cumulative counters, summed over its engines, as one scrape read them.
+/// The engine's cumulative counters of finished requests, summed over its engines, as one
+/// scrape read them.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct EngineWork {
     /// `vllm:request_prefill_time_seconds_sum`.
     pub prefill_seconds: f64,
     /// `vllm:request_prefill_time_seconds_count`.
     pub prefills: f64,
-    /// `vllm:request_prompt_tokens_sum`.
-    pub prompt_tokens: f64,
-    /// `vllm:prefix_cache_hits_total`.
-    pub cached_tokens: f64,
+    /// `vllm:request_prefill_kv_computed_tokens_sum`: prompt tokens computed, not cached.
+    pub computed_tokens: f64,
 }
 
 impl EngineWork {
@@ -51,19 +50,16 @@ impl EngineWork {
         let delta = EngineWork {
             prefill_seconds: self.prefill_seconds - earlier.prefill_seconds,
             prefills: self.prefills - earlier.prefills,
-            prompt_tokens: self.prompt_tokens - earlier.prompt_tokens,
-            cached_tokens: self.cached_tokens - earlier.cached_tokens,
+            computed_tokens: self.computed_tokens - earlier.computed_tokens,
         };
-        let counters =
-            [delta.prefill_seconds, delta.prefills, delta.prompt_tokens, delta.cached_tokens];
+        let counters = [delta.prefill_seconds, delta.prefills, delta.computed_tokens];
         counters.iter().all(|v| *v >= 0.0).then_some(delta)
     }
 
     fn add(&mut self, delta: EngineWork) {
         self.prefill_seconds += delta.prefill_seconds;
         self.prefills += delta.prefills;
-        self.prompt_tokens += delta.prompt_tokens;
-        self.cached_tokens += delta.cached_tokens;
+        self.computed_tokens += delta.computed_tokens;
     }
 }
 
@@ -107,9 +103,7 @@ impl EngineSpeed {
             return None;
         }
         let window = std::mem::take(&mut fit.window);
-        let n = window.prefills;
-        let u = (window.prompt_tokens - window.cached_tokens).max(0.0);
-        let t = window.prefill_seconds;
+        let (n, u, t) = (window.prefills, window.computed_tokens, window.prefill_seconds);
         for sum in &mut fit.sums {
             *sum *= DECAY;
         }
@@ -162,8 +156,7 @@ mod tests {
             work.add(EngineWork {
                 prefill_seconds: fixed + per_token * (prompt - cached),
                 prefills: 1.0,
-                prompt_tokens: prompt,
-                cached_tokens: cached,
+                computed_tokens: prompt - cached,
             });
         }
         *work
