@@ -51,4 +51,8 @@ async fn the_prefill_slope_is_learned_from_requests_another_client_sent() {
     // a quarter of the prior's 10 us): and it sent none.
     assert!(replica.latency.ttft_slope() < 0.01 * prior, "{prior}");
     assert_eq!(replica.latency.samples().0, 0);
+    let replicas: serde_json::Value =
+        reqwest::get(admin_url(&gateway, "/admin/replicas")).await.unwrap().json().await.unwrap();
+    let estimate = &replicas["replicas"][0]["latency_estimate"];
+    assert_eq!(estimate["ttft_slope_source"], "engine", "{replicas}");
 }

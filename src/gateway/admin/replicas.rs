@@ -60,6 +60,7 @@ fn latency_estimate(replica: &Replica) -> Value {
     let view = replica.latency.view(Instant::now());
     json!({
         "ttft_seconds_per_token": view.ttft_seconds_per_token,
+        "ttft_slope_source": if view.ttft_slope_from_engine { "engine" } else { "first_tokens" },
         "ttft_intercept_by_others_in_flight": view.ttft_intercepts,
         "ttft_spread_by_others_in_flight": view.ttft_spreads,
         "decode_intercept": view.decode.0,

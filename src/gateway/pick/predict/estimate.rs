@@ -154,6 +154,9 @@ fn load_each(published: &[AtomicU64; COUNTS]) -> Vec<f64> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct EstimateView {
     pub ttft_seconds_per_token: f64,
+    /// Whether that slope is the engine's own count ([`EngineSpeed`]) rather than one
+    /// learned from this gateway's first tokens.
+    pub ttft_slope_from_engine: bool,
     /// TTFT at zero prompt tokens by other requests in flight (index).
     pub ttft_intercepts: Vec<f64>,
     /// How widely TTFTs spread around those, by the same index (standard deviations).
@@ -290,6 +293,7 @@ impl LatencyEstimate {
             ttft_seconds_per_token: f64::from_bits(
                 self.ttft_slope_published.load(Ordering::Relaxed),
             ),
+            ttft_slope_from_engine: self.engine_speed.slope().is_some(),
             ttft_intercepts: load_each(&self.ttft_intercepts_published),
             ttft_spreads: load_each(&self.ttft_spreads_published),
             decode: read(&self.decode_published),
