@@ -2,9 +2,10 @@
 //! the blocks it holds of the prompt, its cost and what the cost was made of (its own
 //! in-flight requests, the engine's reported running and waiting, the prefill this gateway
 //! knows is queued there, how late its waiting streams are, its learned prefill slope), and
-//! the replica chosen. Built
-//! only when enabled (`RUST_LOG=info,laneway::placement=debug`), so a pick pays nothing
-//! for it otherwise. It answers "why did this request miss its cache?" request by request.
+//! the replica chosen. Built only when enabled (`RUST_LOG=info,laneway::placement=debug`;
+//! it then also takes each candidate's model lock for its sample count), so a pick pays
+//! nothing for it otherwise. It answers "why did this request miss its cache?" request by
+//! request.
 
 use std::fmt::Write;
 use std::sync::Arc;
