@@ -31,6 +31,13 @@ pub struct Scored {
     pub recompute_us: f64,
 }
 
+impl Scored {
+    /// What the pick weighs: the TTFT and the recompute charge.
+    pub fn cost_us(&self) -> f64 {
+        self.ttft_us + self.recompute_us
+    }
+}
+
 /// Writes the trace of one pick that chose `chosen`.
 pub fn emit(
     replicas: &[Arc<Replica>],
@@ -64,15 +71,7 @@ pub fn emit(
             replica.latency.samples().0,
         );
     }
-    tracing::debug!(
-        target: "laneway::placement",
-        chosen = replicas[chosen].name.as_str(),
-        reason = "fastest",
-        prompt_tokens = key.prompt_tokens,
-        session = key.session.is_some(),
-        candidates = candidates.as_str(),
-        "placed"
-    );
+    write_line(&replicas[chosen], "fastest", key, &candidates);
 }
 
 /// Writes the trace of a pick that chose `chosen` to measure it again (it holds as much of
@@ -89,13 +88,17 @@ pub fn emit_measured_again(
         let separator = if holding.is_empty() { "" } else { "; " };
         let _ = write!(holding, "{separator}{} held={}", replicas[i].name, held.blocks);
     }
+    write_line(&replicas[chosen], "measure_again", key, &holding);
+}
+
+fn write_line(chosen: &Replica, reason: &str, key: &PromptKey, candidates: &str) {
     tracing::debug!(
         target: "laneway::placement",
-        chosen = replicas[chosen].name.as_str(),
-        reason = "measure_again",
+        chosen = chosen.name.as_str(),
+        reason,
         prompt_tokens = key.prompt_tokens,
         session = key.session.is_some(),
-        candidates = holding.as_str(),
+        candidates,
         "placed"
     );
 }

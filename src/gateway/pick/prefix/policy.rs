@@ -215,7 +215,8 @@ pub fn fastest(
         if most == 0 {
             0.0
         } else if a_copy_pays {
-            choice.copy_us_per_token_per_stream * streams_on(replica, context)
+            // Every stream on it counts, other gateways' and clients' too.
+            choice.copy_us_per_token_per_stream * context.requests_on(replica) as f64
         } else {
             choice.recompute_us_per_token
         }
@@ -247,18 +248,17 @@ fn lowest_cost(
     choice: &Choice<'_>,
     context: &PickContext,
 ) -> Option<usize> {
-    let scored: Vec<(f64, usize, usize)> =
-        scored.iter().map(|s| (s.ttft_us + s.recompute_us, s.held.blocks, s.replica)).collect();
-    let best = scored.iter().map(|s| s.0).fold(f64::INFINITY, f64::min);
-    let mut equals: Vec<&(f64, usize, usize)> =
-        scored.iter().filter(|s| s.0 <= best + choice.tie.us(best)).collect();
+    let best = scored.iter().map(Scored::cost_us).fold(f64::INFINITY, f64::min);
+    let mut equals: Vec<&Scored> =
+        scored.iter().filter(|s| s.cost_us() <= best + choice.tie.us(best)).collect();
     if choice.tie.balances_load() && equals.len() > 1 {
-        let load = |s: &&(f64, usize, usize)| least_queue::score(&replicas[s.2], context);
+        let load = |s: &&Scored| least_queue::score(&replicas[s.replica], context);
         let least = equals.iter().map(load).fold(f64::INFINITY, f64::min);
         equals.retain(|s| load(s) <= least);
     }
-    let longest = equals.iter().map(|s| s.1).max()?;
-    let ties: Vec<usize> = equals.iter().filter(|s| s.1 == longest).map(|s| s.2).collect();
+    let longest = equals.iter().map(|s| s.held.blocks).max()?;
+    let ties: Vec<usize> =
+        equals.iter().filter(|s| s.held.blocks == longest).map(|s| s.replica).collect();
     Some(ties[choice.ties.below(ties.len())])
 }
 
@@ -289,13 +289,6 @@ impl Tie {
 
 /// `prefix_latency`'s tie: predictions within 10% or 2 ms of the fastest are equals.
 pub const MEASURED_TIE: Tie = Tie::Measured { share: 0.10, floor_us: 2000.0 };
-
-/// The streams a prefill on `replica` would stall: those this gateway sent there, or those
-/// its engine last reported running and waiting (other gateways' and clients' included),
-/// whichever is more.
-fn streams_on(replica: &Replica, context: &PickContext) -> f64 {
-    context.requests_on(replica) as f64
-}
 
 /// What [`fastest`] weighs a request by: its prompt, the TTFT estimate, the cost of
 /// recomputing a prefix another candidate holds, and the tie-breaker.
