@@ -47,6 +47,9 @@
 #   REAL_ROUNDS=N             interleaved rounds (default 3)
 #   REAL_PEERS                targets, among `laneway laneway-prefix haproxy sglang vllm`
 #                             and `laneway-long-keep-alive`
+#   REAL_MODELS=M0,M1         the models replica 0 and 1 serve (default tiny,tiny); tiny,slow
+#                             makes replica 1 the eight-layer model, several times slower:
+#                             a heterogeneous fleet (vLLM only; both are served as `tiny`)
 #   REAL_KV_CACHE_BYTES=B     each vLLM replica's KV cache (default: the script's, 256M for
 #                             tiny = 131k tokens; 32M holds ~16k: eviction pressure)
 #   REAL_BASELINE=BINARY      adds target `laneway-baseline`: that build (e.g. main's before a
@@ -70,6 +73,7 @@ REAL_PEERS="${REAL_PEERS:-laneway laneway-prefix haproxy sglang vllm}"
 REAL_LANEWAY_CONFIG="${REAL_LANEWAY_CONFIG:-}"
 REAL_BASELINE="${REAL_BASELINE:-}"
 REAL_KV_CACHE_BYTES="${REAL_KV_CACHE_BYTES:-}"
+REAL_MODELS="${REAL_MODELS:-tiny,tiny}"
 REAL_SEED="${REAL_SEED:-47}"
 REAL_SLO_TTFT_MS="${REAL_SLO_TTFT_MS:-1000}"
 REAL_SLO_TPOT_MS="${REAL_SLO_TPOT_MS:-50}"
@@ -156,12 +160,16 @@ real_fleet_up() {
     fi
     local events=0
     [[ " $REAL_PEERS " =~ \ laneway(-baseline)?-events ]] && events=1
-    if [[ "$REAL_FLEET_KEY" == "$REAL_FLEET:$api:$events" ]] && curl -sf -m 2 -o /dev/null "$R0/health" \
+    if [[ "$REAL_FLEET_KEY" == "$REAL_FLEET:$api:$events:$REAL_MODELS" ]] && curl -sf -m 2 -o /dev/null "$R0/health" \
         && curl -sf -m 2 -o /dev/null "$R1/health"; then
         return 0
     fi
     real_fleet_down
     if [[ "$REAL_FLEET" == sim ]]; then
+        if [[ "$REAL_MODELS" != tiny,tiny ]]; then
+            log "REAL_MODELS=$REAL_MODELS: the simulated fleet serves one profile (REAL_SIM_PROFILE)"
+            return 1
+        fi
         local config="$WORK/sim-tiny-16k.toml" core profile_desc
         local profile=(--config "$config")
         sed -e 's/^max_model_len = .*/max_model_len = 16384/' "$ROOT/config/profiles/tiny.toml" >"$config"
@@ -191,7 +199,9 @@ real_fleet_up() {
             log "two replicas with $api API processes need ~$need_mib MiB, $avail_mib MiB available: not started"
             return 1
         fi
-        bash "$REAL_VLLM" setup >&2 || status=$?
+        local m0 m1
+        IFS=, read -r m0 m1 <<<"$REAL_MODELS"
+        bash "$REAL_VLLM" setup --models "$m0,$m1" >&2 || status=$?
         if ((status != 0)); then
             log "scripts/real-vllm.sh setup failed (exit $status; 3: this machine cannot run the engine)"
             return 1
@@ -199,20 +209,27 @@ real_fleet_up() {
         base="$(real_free_pair)"
         # Recorded before the start, so that an interrupted start is stopped too.
         REAL_FLEET_PORTS="$base,$((base + 1))"
-        log "starting two vLLM replicas ($api API processes each) on ports $REAL_FLEET_PORTS"
-        local serve_args=(--replicas 2 --base-port "$base" --cores 0,1 --api-servers "$api")
-        [[ -n "$REAL_KV_CACHE_BYTES" ]] && serve_args+=(--kv-cache-bytes "$REAL_KV_CACHE_BYTES")
-        ((events)) && serve_args+=(--kv-events)
-        if ! bash "$REAL_VLLM" serve "${serve_args[@]}" >&2; then
+        log "starting two vLLM replicas ($api API processes each, models $m0 and $m1) on ports $REAL_FLEET_PORTS"
+        local common=(--api-servers "$api")
+        [[ -n "$REAL_KV_CACHE_BYTES" ]] && common+=(--kv-cache-bytes "$REAL_KV_CACHE_BYTES")
+        ((events)) && common+=(--kv-events)
+        # One serve per model: replica i on port base+i, core i.
+        local serve_0=(--replicas 2 --base-port "$base" --cores "0,1" --model "$m0" "${common[@]}") serve_1=()
+        if [[ "$m0" != "$m1" ]]; then
+            serve_0=(--replicas 1 --base-port "$base" --cores 0 --model "$m0" "${common[@]}")
+            serve_1=(--replicas 1 --base-port "$((base + 1))" --cores 1 --model "$m1" "${common[@]}")
+        fi
+        if ! bash "$REAL_VLLM" serve "${serve_0[@]}" >&2 \
+            || { ((${#serve_1[@]})) && ! bash "$REAL_VLLM" serve "${serve_1[@]}" >&2; }; then
             log "the replicas did not start"
             real_fleet_down
             return 1
         fi
+        REAL_FLEET_DESC="two vLLM replicas (scripts/real-vllm.sh serve ${serve_0[*]}${serve_1:+; serve ${serve_1[*]}}), cores 0 and 1"
         R0="http://127.0.0.1:$base"
         R1="http://127.0.0.1:$((base + 1))"
-        REAL_FLEET_DESC="two vLLM replicas (scripts/real-vllm.sh serve ${serve_args[*]}), cores 0 and 1"
     fi
-    REAL_FLEET_KEY="$REAL_FLEET:$api:$events"
+    REAL_FLEET_KEY="$REAL_FLEET:$api:$events:$REAL_MODELS"
     real_warm_up
 }
 
@@ -363,6 +380,7 @@ print("%(layers)s layers, hidden %(hidden)s, vocab %(vocab)s, seed %(seed)s" % m
     {
         echo -e "## Fleet: $REAL_FLEET_DESC\n"
         [[ -n "$vllm_version" ]] && echo -e "vLLM $vllm_version; model \`tiny\` (random weights: $model); prefix caching on, block 128; \`--kv-cache-memory-bytes ${REAL_KV_CACHE_BYTES:-256M} -O0\`.\n"
+        [[ "$REAL_MODELS" != tiny,tiny ]] && echo -e "Models by replica: $REAL_MODELS (\`slow\`: eight layers, hidden 512, a 1 GiB KV cache unless REAL_KV_CACHE_BYTES; both served as \`tiny\`).\n"
         echo -e "laneway binary: \`$LANEWAY\` (built $(date -u -r "$LANEWAY" '+%Y-%m-%d %H:%M UTC'), tree $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- src 2>/dev/null || echo ' with uncommitted changes in src/')).\n"
     } >>"$OUT/results.md"
 }

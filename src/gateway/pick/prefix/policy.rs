@@ -121,8 +121,14 @@ impl Policy for PrefixAware {
             prefill_us_per_token: prompt.config.prefill_us_per_token,
             request_us: prompt.config.request_us,
         };
+        let estimate = if self.measured {
+            MeasuredTtft::for_candidates(replicas, &candidates, request, configured)
+        } else {
+            MeasuredTtft::Configured(configured)
+        };
         if self.measured
-            && let Some(stale) = stale_equal(replicas, &candidates, &held, prompt.key, context)
+            && let Some(stale) =
+                stale_equal(replicas, &candidates, &held, prompt.key, &estimate, request, context)
         {
             if placement_trace::enabled() {
                 placement_trace::emit_measured_again(
@@ -135,11 +141,6 @@ impl Policy for PrefixAware {
             }
             return Some(stale);
         }
-        let estimate = if self.measured {
-            MeasuredTtft::for_candidates(replicas, &candidates, request, configured)
-        } else {
-            MeasuredTtft::Configured(configured)
-        };
         let prefill_us_per_token = estimate.prefill_us_per_token(replicas, &candidates);
         let recompute_us_per_token = prompt.config.recompute_weight * prefill_us_per_token;
         let chosen = Choice {
@@ -157,9 +158,13 @@ impl Policy for PrefixAware {
 }
 
 /// The candidate to measure again, if any: one that holds as much of the prompt as the
-/// best-cached candidate and is as lightly loaded as any candidate (so the request loses
-/// nothing there), refuses nothing, and has had no request of this size placed on it for
-/// [`STALE_AFTER_US`]; the stalest of them. A replica that no pick chooses is never
+/// best-cached candidate and is as lightly loaded as any candidate, refuses nothing, is
+/// predicted to meet the request's TTFT objective (so the request loses nothing that
+/// matters there, even if the prediction is right), and has had no request of this size
+/// placed on it for [`STALE_AFTER_US`]; the stalest of them. The objective keeps a slower
+/// replica of a mixed fleet from being measured again with the prompts it is too slow for:
+/// a 4,000-token prompt took 3.5-6 s on a real replica eight times slower than the other,
+/// which would have answered it in 0.4 s, and short prompts measure it as well. A replica that no pick chooses is never
 /// measured again, and its estimate stays what it was: two replicas that learned high
 /// first-token intercepts while a third was out of rotation lost every request to it when
 /// it came back slowed twenty-fold, until chance measured them again. Where every replica
@@ -170,6 +175,8 @@ fn stale_equal(
     candidates: &[usize],
     held: &[Held],
     key: &PromptKey,
+    estimate: &dyn TtftEstimate,
+    request: &RequestShape,
     context: &PickContext,
 ) -> Option<usize> {
     let most = held.iter().map(|h| h.blocks).max()?;
@@ -177,10 +184,14 @@ fn stale_equal(
     let now = clock::micros_at(context.now);
     let load = |i: usize| least_queue::score(&replicas[i], context);
     let least = candidates.iter().map(|&i| load(i)).fold(f64::INFINITY, f64::min);
+    let objective_us = request.slo.ttft.as_secs_f64() * 1e6;
+    let meets_objective =
+        |i: usize| estimate.ttft_us(&replicas[i], uncached, context) <= objective_us;
     candidates
         .iter()
         .zip(held)
         .filter(|&(&i, h)| h.blocks == most && replicas[i].load.failures() == 0 && load(i) <= least)
+        .filter(|&(&i, _)| meets_objective(i))
         .map(|(&i, _)| (replicas[i].latency.last_placed_for(uncached), i))
         .filter(|&(last, _)| now.saturating_sub(last) > STALE_AFTER_US)
         .min()
@@ -340,36 +351,66 @@ mod tests {
         let set = replicas(2);
         let base = context();
         // The uncached tail is 88 tokens: what both were last placed for.
-        let placed = |replica: usize, at: Instant| {
+        let placed = |replica: usize, tokens: u64, at: Instant| {
             drop(LatencyProbe::begin(
                 set[replica].clone(),
-                88,
+                tokens,
                 &context_at(at),
                 EngineEntry::AtPlacement,
             ));
         };
-        placed(0, base.now);
-        placed(1, base.now);
+        placed(0, 88, base.now);
+        placed(1, 88, base.now);
         let at = |seconds: f64| PickContext {
             now: base.now + Duration::from_secs_f64(seconds),
             ..context()
         };
-        assert_eq!(stale_equal(&set, &[0, 1], &BOTH_HOLD_IT, &key(), &at(0.5)), None);
-        placed(0, at(1.0).now);
+        // Neither measured yet: the configured estimate, 88 tokens well within the objective.
+        let request = RequestShape { prompt_tokens: 600, slo: EntrySlo::default() };
+        let configured =
+            MeasuredTtft::Configured(QueueTtft { prefill_us_per_token: 75.0, request_us: 1000.0 });
+        let stale = |held: &[Held], key: &PromptKey, seconds: f64| {
+            stale_equal(&set, &[0, 1], held, key, &configured, &request, &at(seconds))
+        };
+        assert_eq!(stale(&BOTH_HOLD_IT, &key(), 0.5), None);
+        placed(0, 88, at(1.0).now);
         // At 1.8 s, r1 has had nothing for 1.8 s and r0 for 0.8 s: r1 is measured again.
-        assert_eq!(stale_equal(&set, &[0, 1], &BOTH_HOLD_IT, &key(), &at(1.8)), Some(1));
+        assert_eq!(stale(&BOTH_HOLD_IT, &key(), 1.8), Some(1));
         // Not if it holds less of the prompt: the request would lose its hit.
         let r1_holds_less = [BOTH_HOLD_IT[0], Held { blocks: 2, computing: false }];
-        assert_eq!(stale_equal(&set, &[0, 1], &r1_holds_less, &key(), &at(1.8)), None);
+        assert_eq!(stale(&r1_holds_less, &key(), 1.8), None);
         // Nor if it is busier than another candidate: the request would wait there.
         set[1].load.in_flight.store(2, Ordering::Relaxed);
-        assert_eq!(stale_equal(&set, &[0, 1], &BOTH_HOLD_IT, &key(), &at(1.8)), None);
+        assert_eq!(stale(&BOTH_HOLD_IT, &key(), 1.8), None);
         set[1].load.in_flight.store(0, Ordering::Relaxed);
         // Nor if it refuses connections.
         set[1].load.record_failure();
-        assert_eq!(stale_equal(&set, &[0, 1], &BOTH_HOLD_IT, &key(), &at(1.8)), None);
+        assert_eq!(stale(&BOTH_HOLD_IT, &key(), 1.8), None);
         set[1].load.clear_failures();
-        assert_eq!(stale_equal(&set, &[0, 1], &BOTH_HOLD_IT, &key(), &at(1.8)), Some(1));
+        assert_eq!(stale(&BOTH_HOLD_IT, &key(), 1.8), Some(1));
+
+        // Measured: r1 prefills ten times slower than r0. Nothing cached, a 4,000-token
+        // prompt would take it about 4 s, past the 1 s objective: not measured again with
+        // this one, though r1 has had no prompt of its size for 1.8 s and r0 for 0.8 s.
+        teach(&set[0], 100.0, 5.0);
+        teach(&set[1], 1000.0, 5.0);
+        let learned = MeasuredTtft::for_candidates(
+            &set,
+            &[0, 1],
+            &request,
+            QueueTtft { prefill_us_per_token: 75.0, request_us: 1000.0 },
+        );
+        let nothing_held = [Held { blocks: 0, computing: false }; 2];
+        let long = PromptKey { prompt_tokens: 4000, ..key() };
+        placed(0, 4000, at(1.0).now);
+        let stale_for = |key: &PromptKey| {
+            stale_equal(&set, &[0, 1], &nothing_held, key, &learned, &request, &at(1.8))
+        };
+        assert_eq!(stale_for(&long), None);
+        // A 300-token one it answers in about 0.3 s: measured again with that.
+        let short = PromptKey { prompt_tokens: 300, ..key() };
+        placed(0, 300, at(1.0).now);
+        assert_eq!(stale_for(&short), Some(1));
     }
 
     #[test]
