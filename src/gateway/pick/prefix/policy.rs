@@ -161,15 +161,16 @@ impl Policy for PrefixAware {
 /// best-cached candidate and is as lightly loaded as any candidate, refuses nothing, is
 /// predicted to meet the request's TTFT objective (so the request loses nothing that
 /// matters there, even if the prediction is right), and has had no request of this size
-/// placed on it for [`STALE_AFTER_US`]; the stalest of them. The objective keeps a slower
-/// replica of a mixed fleet from being measured again with the prompts it is too slow for:
-/// a 4,000-token prompt took 3.5-6 s on a real replica eight times slower than the other,
-/// which would have answered it in 0.4 s, and short prompts measure it as well. A replica that no pick chooses is never
-/// measured again, and its estimate stays what it was: two replicas that learned high
-/// first-token intercepts while a third was out of rotation lost every request to it when
-/// it came back slowed twenty-fold, until chance measured them again. Where every replica
-/// takes traffic none is ever stale, so this costs a busy fleet nothing; on an idle one it
-/// spreads requests.
+/// placed on it for [`STALE_AFTER_US`]; the stalest of them.
+///
+/// A replica that no pick chooses is never measured again, and its estimate stays what it
+/// was: two replicas that learned high first-token intercepts while a third was out of
+/// rotation lost every request to it when it came back slowed twenty-fold, until chance
+/// measured them again. Where every replica takes traffic none is ever stale, so this costs
+/// a busy fleet nothing; on an idle one it spreads requests. The objective keeps a slower
+/// replica of a mixed fleet from being measured with prompts it is too slow for: a
+/// 4,000-token prompt took 3.5-6 s on a real replica eight times slower than the other,
+/// which would have answered it in 0.4 s; short prompts measure it as well.
 fn stale_equal(
     replicas: &[Arc<Replica>],
     candidates: &[usize],
