@@ -16,7 +16,10 @@
 # answers with $PER_CORE_SSE_EVENTS (default 64) token events, a usage event and [DONE]
 # in one body: the cost per relayed and observed event. With BASELINE_BINARY, that build runs too (targets `baseline-spread`,
 # `baseline-force-close`), for a before/after comparison in the same run. Output: a markdown report on stdout; raw wrk output in $PER_CORE_OUT
-# (default /tmp/per-core).
+# (default /tmp/per-core). PER_CORE_POLICY (default least_queue) sets every laneway target's
+# policy; PER_CORE_LANEWAY_CONFIG (TOML, printf %b escapes, tables only) is appended to the
+# laneway-* targets' configuration and not to the baseline-* ones, so that BASELINE_BINARY set
+# to the same binary measures what a configuration costs (e.g. [kv_events] and a tokenizer).
 # Needs nginx, wrk and haproxy: scripts/install-bench-deps.sh installs them.
 set -euo pipefail
 
@@ -70,6 +73,10 @@ start_haproxy() {
 start_laneway() {
     local name="$1" strategy="$2" binary="${3:-$LANEWAY}"
     laneway_config "$WORK/$name.toml" "$strategy"
+    sed -i "s|^policy = .*|policy = \"${PER_CORE_POLICY:-least_queue}\"|" "$WORK/$name.toml"
+    if [[ "$name" == laneway-* && -n "${PER_CORE_LANEWAY_CONFIG:-}" ]]; then
+        printf '%b\n' "$PER_CORE_LANEWAY_CONFIG" >>"$WORK/$name.toml"
+    fi
     taskset -c 1 "$binary" serve --config "$WORK/$name.toml" >"$WORK/$name.out" 2>"$WORK/$name.err" &
     PIDS+=($!)
     PROXY_PIDS[$name]=$!

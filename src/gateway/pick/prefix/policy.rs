@@ -86,45 +86,58 @@ impl Policy for PrefixAware {
         prompt: &PromptPick<'_>,
         request: &RequestShape,
     ) -> Option<usize> {
-        let mut candidates: Vec<usize> =
-            (0..replicas.len()).filter(|&i| Some(i) != context.exclude).collect();
-        if candidates.is_empty() {
+        let all: Vec<usize> = (0..replicas.len()).filter(|&i| Some(i) != context.exclude).collect();
+        if all.is_empty() {
             return None;
         }
-        if let Some(session) = prompt.key.session {
-            // Its home, the replica bounded load sends it to and, for the turn after the
-            // one this gateway placed, where that went: alone when they agree, else the
-            // fastest of them.
-            let load = if prompt.key.opens_conversation {
-                LoadBound::Even
-            } else {
-                LoadBound::Loose { factor: prompt.config.session_load_factor }
-            };
-            let places = session_places(replicas, &candidates, session, load)?;
-            let last =
-                prompt.router.sessions.recall(session, prompt.key.messages).and_then(|name| {
-                    candidates.iter().copied().find(|&c| replicas[c].name_hash == name)
-                });
-            let mut contenders: Vec<usize> =
-                [places.home, places.bounded].into_iter().chain(last).collect();
-            contenders.sort_unstable();
-            contenders.dedup();
-            if contenders.len() == 1 {
-                return Some(places.home);
-            }
-            candidates = contenders;
-        }
-        let names: Vec<&str> = candidates.iter().map(|&i| replicas[i].name.as_str()).collect();
+        let names: Vec<&str> = all.iter().map(|&i| replicas[i].name.as_str()).collect();
         let guessed = prompt.router.index.lookup(&names, prompt.key.hittable());
-        let held = with_engine_caches(replicas, &candidates, guessed, prompt.key);
+        let held_by_all = with_engine_caches(replicas, &all, guessed, prompt.key);
         let configured = QueueTtft {
             prefill_us_per_token: prompt.config.prefill_us_per_token,
             request_us: prompt.config.request_us,
         };
         let estimate = if self.measured {
-            MeasuredTtft::for_candidates(replicas, &candidates, request, configured)
+            MeasuredTtft::for_candidates(replicas, &all, request, configured)
         } else {
             MeasuredTtft::Configured(configured)
+        };
+        let tie = if self.measured { MEASURED_TIE } else { Tie::Exact };
+        let (candidates, held) = match prompt.key.session {
+            None => (all, held_by_all),
+            Some(session) => {
+                // Its home, the replica bounded load sends it to, for the turn after the one
+                // this gateway placed where that went, and a replica clearly faster than its
+                // home: alone when they agree, else the fastest of them, cache and all.
+                let load = if prompt.key.opens_conversation {
+                    LoadBound::Even
+                } else {
+                    LoadBound::Loose { factor: prompt.config.session_load_factor }
+                };
+                let places = session_places(replicas, &all, session, load)?;
+                let last =
+                    prompt.router.sessions.recall(session, prompt.key.messages).and_then(|name| {
+                        all.iter().copied().find(|&c| replicas[c].name_hash == name)
+                    });
+                let held_of =
+                    |i: usize| held_by_all[all.iter().position(|&a| a == i).unwrap_or_default()];
+                // Each candidate as if it held what home holds: speed and load alone.
+                let uncached_at_home = prompt
+                    .key
+                    .prompt_tokens
+                    .saturating_sub(held_of(places.home).blocks as u64 * prompt.key.block_size);
+                let ttft_us = |i: usize| estimate.ttft_us(&replicas[i], uncached_at_home, context);
+                let faster = faster_than_home(&all, places.home, tie, ttft_us);
+                let mut contenders: Vec<usize> =
+                    [places.home, places.bounded].into_iter().chain(last).chain(faster).collect();
+                contenders.sort_unstable();
+                contenders.dedup();
+                if contenders.len() == 1 {
+                    return Some(places.home);
+                }
+                let held = contenders.iter().map(|&c| held_of(c)).collect();
+                (contenders, held)
+            }
         };
         if self.measured
             && let Some(stale) =
@@ -150,11 +163,31 @@ impl Policy for PrefixAware {
             // `prefix_latency` charges a copy for the streams it stalls; `prefix_aware`, as
             // configured, does not.
             copy_us_per_token_per_stream: if self.measured { prefill_us_per_token } else { 0.0 },
-            tie: if self.measured { MEASURED_TIE } else { Tie::Exact },
+            tie,
             ties: &self.ties,
         };
         fastest(replicas, &candidates, &held, &chosen, context)
     }
+}
+
+/// The candidate whose estimated TTFT (`ttft_us`: each as if it held what the session's
+/// `home` holds, so speed and load alone) beats home's by more than `tie`: the fastest, if
+/// it does. It then contends with home, cache and all ([`fastest`]). Without it, a
+/// conversation whose home, bounded load and last placement agreed stayed home however slow
+/// home was: on a real fleet whose second replica prefilled eight times slower, half the
+/// conversations lived there, since bounded load counts requests, not their speed. Another
+/// session's cache does not count here, so a session is not drawn from its home to a
+/// prompt someone else sent.
+fn faster_than_home(
+    candidates: &[usize],
+    home: usize,
+    tie: Tie,
+    ttft_us: impl Fn(usize) -> f64,
+) -> Option<usize> {
+    let home_us = ttft_us(home);
+    let (best_us, best) =
+        candidates.iter().map(|&i| (ttft_us(i), i)).min_by(|a, b| a.0.total_cmp(&b.0))?;
+    (best != home && best_us + tie.us(best_us) < home_us).then_some(best)
 }
 
 /// The candidate to measure again, if any: one that holds as much of the prompt as the

@@ -13,9 +13,9 @@ use super::affinity::{LoadBound, session_places};
 use super::index::BlockIndex;
 use super::policy::PrefixAware;
 use super::{EngineTokens, PrefixRouter, PromptKey, PromptPick, hash_bytes};
-use crate::gateway::config::PrefixConfig;
+use crate::gateway::config::{EntrySlo, PrefixConfig};
 use crate::gateway::pick::policy::{Policy, RequestShape};
-use crate::gateway::pick::test_fleet::{context, replicas};
+use crate::gateway::pick::test_fleet::{context, replicas, teach};
 use crate::openai::InferenceRequest;
 use crate::openai::request::Endpoint;
 use crate::tokens::synthetic_text;
@@ -175,6 +175,41 @@ fn a_session_leaves_its_overloaded_home_only_when_a_miss_elsewhere_is_faster_the
     other_gateway.place(&set[home], &turn_after).prefill_done();
     let fourth_turn = chat_turn(2000, 3, &headers);
     assert_eq!(pick(&fourth_turn), home, "no longer led to where the session was two turns ago");
+}
+
+#[test]
+fn a_session_leaves_a_home_far_slower_than_a_replica_elsewhere_unless_its_cache_pays() {
+    let mut headers = HeaderMap::new();
+    headers.insert("x-session-id", "conversation-7".parse().unwrap());
+    let session = hash_bytes(b"conversation-7");
+    let config = PrefixConfig::default();
+    let request = RequestShape { prompt_tokens: 2000, slo: EntrySlo::default() };
+    // Two replicas at 100 us a token, then the same with home at 800 (as a real replica
+    // eight times slower measured).
+    for home_us_per_token in [100.0, 800.0] {
+        let set = replicas(2);
+        let all = [0, 1];
+        let home = session_places(&set, &all, session, LOOSE).unwrap().home;
+        let elsewhere = 1 - home;
+        teach(&set[home], home_us_per_token, 5.0);
+        teach(&set[elsewhere], 100.0, 5.0);
+        let router = Arc::new(PrefixRouter::new(&config, &Registry::new()));
+        let pick = |key: &PromptKey| {
+            let prompt = PromptPick { key, router: &router, config: &config };
+            PrefixAware::measured(5).pick_prompt(&set, &context(), &prompt, &request).unwrap()
+        };
+        // A first turn of 2,000 tokens, cached nowhere: home unless home is far slower
+        // (1.6 s against 0.2 s), though home, bounded load and memory all say home.
+        let first_turn = chat_turn(2000, 0, &headers);
+        let first = pick(&first_turn);
+        let expected = if home_us_per_token > 100.0 { elsewhere } else { home };
+        assert_eq!(first, expected, "{home_us_per_token} us a token at home");
+        // With the conversation so far cached at home, the next turn's few new tokens cost
+        // home less than a miss elsewhere: it stays home, slow or not.
+        router.place(&set[home], &first_turn).prefill_done();
+        let next_turn = chat_turn(2000, 1, &headers);
+        assert_eq!(pick(&next_turn), home, "{home_us_per_token} us a token at home, cached");
+    }
 }
 
 /// Places `count` requests of one prompt through the policy and the router; returns the
