@@ -12,6 +12,7 @@
 //! replica's measurement with another's guess would favour whichever guess is kinder.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::ttft::{FAILURE_PENALTY_US, QueueTtft, TtftEstimate};
 use crate::gateway::pick::policy::{PickContext, RequestShape};
@@ -45,6 +46,19 @@ impl<'a> MeasuredTtft<'a> {
             Self::Learned { request }
         } else {
             Self::Configured(configured)
+        }
+    }
+
+    /// Microseconds until the first token of a request that must prefill `uncached_tokens`
+    /// on `replica` were nothing else on it (its learned speed, scaled while its streams are
+    /// late); `None` on the configured estimate, which knows no speed of its own per replica.
+    pub fn alone_us(&self, replica: &Replica, uncached_tokens: u64, now: Instant) -> Option<f64> {
+        match self {
+            Self::Configured(_) => None,
+            Self::Learned { .. } => {
+                let predicted = replica.latency.predict_at(now, 0, uncached_tokens, 1);
+                Some(predicted.ttft * 1e6)
+            }
         }
     }
 

@@ -41,6 +41,11 @@ const TIE_US: f64 = 1.0;
 /// `prefix_latency` measures again a candidate that holds as much of the prompt as any
 /// other but has had no request of its size for this long (see [`stale_equal`]).
 const STALE_AFTER_US: u64 = 1_000_000;
+/// How many times sooner than a session's home another replica must answer alone to
+/// contend with it ([`faster_than_home`]): well past the spread of learned speeds among
+/// equal replicas (measured 80-100 us a token on one real engine), well under a slower
+/// model's (eight times).
+const FASTER_ALONE: f64 = 1.5;
 
 #[derive(Debug)]
 pub struct PrefixAware {
@@ -102,12 +107,11 @@ impl Policy for PrefixAware {
         } else {
             MeasuredTtft::Configured(configured)
         };
-        let tie = if self.measured { MEASURED_TIE } else { Tie::Exact };
         let (candidates, held) = match prompt.key.session {
             None => (all, held_by_all),
             Some(session) => {
                 // Its home, the replica bounded load sends it to, for the turn after the one
-                // this gateway placed where that went, and a replica clearly faster than its
+                // this gateway placed where that went, and a replica far faster than its
                 // home: alone when they agree, else the fastest of them, cache and all.
                 let load = if prompt.key.opens_conversation {
                     LoadBound::Even
@@ -121,13 +125,14 @@ impl Policy for PrefixAware {
                     });
                 let held_of =
                     |i: usize| held_by_all[all.iter().position(|&a| a == i).unwrap_or_default()];
-                // Each candidate as if it held what home holds: speed and load alone.
+                // Each candidate alone, as if it held what home holds: speed alone.
                 let uncached_at_home = prompt
                     .key
                     .prompt_tokens
                     .saturating_sub(held_of(places.home).blocks as u64 * prompt.key.block_size);
-                let ttft_us = |i: usize| estimate.ttft_us(&replicas[i], uncached_at_home, context);
-                let faster = faster_than_home(&all, places.home, tie, ttft_us);
+                let alone_us =
+                    |i: usize| estimate.alone_us(&replicas[i], uncached_at_home, context.now);
+                let faster = faster_than_home(&all, places.home, alone_us);
                 let mut contenders: Vec<usize> =
                     [places.home, places.bounded].into_iter().chain(last).chain(faster).collect();
                 contenders.sort_unstable();
@@ -163,31 +168,33 @@ impl Policy for PrefixAware {
             // `prefix_latency` charges a copy for the streams it stalls; `prefix_aware`, as
             // configured, does not.
             copy_us_per_token_per_stream: if self.measured { prefill_us_per_token } else { 0.0 },
-            tie,
+            tie: if self.measured { MEASURED_TIE } else { Tie::Exact },
             ties: &self.ties,
         };
         fastest(replicas, &candidates, &held, &chosen, context)
     }
 }
 
-/// The candidate whose estimated TTFT (`ttft_us`: each as if it held what the session's
-/// `home` holds, so speed and load alone) beats home's by more than `tie`: the fastest, if
-/// it does. It then contends with home, cache and all ([`fastest`]). Without it, a
-/// conversation whose home, bounded load and last placement agreed stayed home however slow
-/// home was: on a real fleet whose second replica prefilled eight times slower, half the
-/// conversations lived there, since bounded load counts requests, not their speed. Another
-/// session's cache does not count here, so a session is not drawn from its home to a
-/// prompt someone else sent.
+/// The candidate that alone (`alone_us`: nothing else on it, each as if it held what the
+/// session's `home` holds) answers [`FASTER_ALONE`] times sooner than home alone: the
+/// fastest, if one does. It then contends with home, cache, load and all ([`fastest`]).
+/// Without it, a conversation whose home, bounded load and last placement agreed stayed
+/// home however slow home was: on a real fleet whose second replica prefilled eight times
+/// slower, half the conversations lived there, since bounded load counts requests, not
+/// their speed. Load does not count here (bounded load and [`fastest`] weigh it): compared
+/// loaded, replicas of equal speed took turns being faster by more than the tie in a closed
+/// loop of conversations, which moved and lost 2 points of hit ratio.
 fn faster_than_home(
     candidates: &[usize],
     home: usize,
-    tie: Tie,
-    ttft_us: impl Fn(usize) -> f64,
+    alone_us: impl Fn(usize) -> Option<f64>,
 ) -> Option<usize> {
-    let home_us = ttft_us(home);
-    let (best_us, best) =
-        candidates.iter().map(|&i| (ttft_us(i), i)).min_by(|a, b| a.0.total_cmp(&b.0))?;
-    (best != home && best_us + tie.us(best_us) < home_us).then_some(best)
+    let home_us = alone_us(home)?;
+    let (best_us, best) = candidates
+        .iter()
+        .filter_map(|&i| Some((alone_us(i)?, i)))
+        .min_by(|a, b| a.0.total_cmp(&b.0))?;
+    (best != home && best_us * FASTER_ALONE < home_us).then_some(best)
 }
 
 /// The candidate to measure again, if any: one that holds as much of the prompt as the
