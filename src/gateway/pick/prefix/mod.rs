@@ -7,6 +7,7 @@
 //! updated, prediction kept) -> [`PrefixFeedback`] (the replica's report, at the end).
 
 pub mod affinity;
+pub mod cost;
 pub mod engine_held;
 pub mod engine_tokens;
 pub mod feedback;

@@ -20,7 +20,7 @@ pub fn enabled() -> bool {
     tracing::enabled!(target: "laneway::placement", tracing::Level::DEBUG)
 }
 
-/// One candidate as [`fastest`](super::policy::fastest) scored it.
+/// One candidate as [`fastest`](super::cost::fastest) scored it.
 #[derive(Debug, Clone, Copy)]
 pub struct Scored {
     pub replica: usize,

@@ -24,10 +24,11 @@
 use std::sync::Arc;
 
 use super::affinity::{LoadBound, session_places};
+use super::cost::{Choice, MEASURED_TIE, Tie, fastest};
 use super::engine_held::with_engine_caches;
 use super::index::Held;
 use super::measured::MeasuredTtft;
-use super::placement_trace::{self, Scored};
+use super::placement_trace;
 use super::ttft::{QueueTtft, TtftEstimate};
 use super::{PromptKey, PromptPick};
 use crate::gateway::clock;
@@ -36,8 +37,6 @@ use crate::gateway::pick::least_queue::{self, LeastQueue};
 use crate::gateway::pick::policy::{PickContext, Policy, RequestShape};
 use crate::gateway::pick::replica::Replica;
 
-/// Estimates closer than this (in microseconds) are taken as equal.
-const TIE_US: f64 = 1.0;
 /// `prefix_latency` measures again a candidate that holds as much of the prompt as any
 /// other but has had no request of its size for this long (see [`stale_equal`]).
 const STALE_AFTER_US: u64 = 1_000_000;
@@ -239,128 +238,6 @@ fn stale_equal(
         .map(|(_, i)| i)
 }
 
-/// The candidate with the lowest cost: its estimated TTFT given what it `held`, plus the
-/// prefill a candidate would recompute beyond the best-cached copy, at
-/// `recompute_us_per_token`, unless a second copy pays: recomputing a copy still being
-/// computed only duplicates work that the requests queued behind pay for, and a session's
-/// conversation follows the session, so moving it throws its copy away; copying a
-/// computed prompt that any request may send buys a second replica to hit on, and is
-/// charged only for the streams it would stall there
-/// ([`Choice::copy_us_per_token_per_stream`]). Costs within [`Choice::tie`] of the lowest
-/// are equal; among equals, the least loaded when the choice balances ties, then the
-/// longest hit, then chance (so an idle fleet spreads new prefixes).
-pub fn fastest(
-    replicas: &[Arc<Replica>],
-    candidates: &[usize],
-    held: &[Held],
-    choice: &Choice<'_>,
-    context: &PickContext,
-) -> Option<usize> {
-    let (key, estimate) = (choice.key, choice.estimate);
-    let uncached = |blocks: usize| key.prompt_tokens.saturating_sub(blocks as u64 * key.block_size);
-    let most = held.iter().map(|h| h.blocks).max()?;
-    let best_all_computing = held.iter().filter(|h| h.blocks == most).all(|h| h.computing);
-    let a_copy_pays = key.session.is_none() && !best_all_computing;
-    let least_uncached = uncached(most);
-    // Microseconds charged per token a candidate would prefill beyond the best-cached one.
-    let extra_us_per_token = |replica: &Replica| {
-        if most == 0 {
-            0.0
-        } else if a_copy_pays {
-            // Every stream on it counts, other gateways' and clients' too.
-            choice.copy_us_per_token_per_stream * context.requests_on(replica) as f64
-        } else {
-            choice.recompute_us_per_token
-        }
-    };
-    let scored: Vec<Scored> = candidates
-        .iter()
-        .zip(held)
-        .map(|(&i, &held)| {
-            let uncached = uncached(held.blocks);
-            Scored {
-                replica: i,
-                held,
-                ttft_us: estimate.ttft_us(&replicas[i], uncached, context),
-                recompute_us: (uncached - least_uncached) as f64 * extra_us_per_token(&replicas[i]),
-            }
-        })
-        .collect();
-    let chosen = lowest_cost(replicas, &scored, choice, context)?;
-    if placement_trace::enabled() {
-        placement_trace::emit(replicas, key, &scored, chosen, context);
-    }
-    Some(chosen)
-}
-
-/// The candidate [`fastest`] chooses among those `scored`.
-fn lowest_cost(
-    replicas: &[Arc<Replica>],
-    scored: &[Scored],
-    choice: &Choice<'_>,
-    context: &PickContext,
-) -> Option<usize> {
-    let best = scored.iter().map(Scored::cost_us).fold(f64::INFINITY, f64::min);
-    let mut equals: Vec<&Scored> =
-        scored.iter().filter(|s| s.cost_us() <= best + choice.tie.us(best)).collect();
-    if choice.tie.balances_load() && equals.len() > 1 {
-        let load = |s: &&Scored| least_queue::score(&replicas[s.replica], context);
-        let least = equals.iter().map(load).fold(f64::INFINITY, f64::min);
-        equals.retain(|s| load(s) <= least);
-    }
-    let longest = equals.iter().map(|s| s.held.blocks).max()?;
-    let ties: Vec<usize> =
-        equals.iter().filter(|s| s.held.blocks == longest).map(|s| s.replica).collect();
-    Some(ties[choice.ties.below(ties.len())])
-}
-
-/// When two candidates' costs count as equal.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Tie {
-    /// Equal to the microsecond, broken by the longest hit (`prefix_aware`).
-    Exact,
-    /// Equal within the noise of a measured prediction: `share` of the lowest cost, at
-    /// least `floor_us`, broken by load first (`prefix_latency`). Measured estimates never
-    /// agree to the microsecond, and a prefix every prompt shares (a chat template's first
-    /// block) otherwise sent every request of a lightly loaded fleet to one replica.
-    Measured { share: f64, floor_us: f64 },
-}
-
-impl Tie {
-    fn us(self, best: f64) -> f64 {
-        match self {
-            Self::Exact => TIE_US,
-            Self::Measured { share, floor_us } => (best * share).max(floor_us),
-        }
-    }
-
-    fn balances_load(self) -> bool {
-        matches!(self, Self::Measured { .. })
-    }
-}
-
-/// `prefix_latency`'s tie: predictions within 10% or 2 ms of the fastest are equals.
-pub const MEASURED_TIE: Tie = Tie::Measured { share: 0.10, floor_us: 2000.0 };
-
-/// What [`fastest`] weighs a request by: its prompt, the TTFT estimate, the cost of
-/// recomputing a prefix another candidate holds, and the tie-breaker.
-pub struct Choice<'a> {
-    pub key: &'a PromptKey,
-    pub estimate: &'a dyn TtftEstimate,
-    /// Microseconds charged per prompt token a candidate would prefill beyond the
-    /// best-cached candidate, when a second copy would not pay (see [`fastest`]).
-    pub recompute_us_per_token: f64,
-    /// When a copy pays: microseconds charged per such token and per request in flight on
-    /// the candidate. A prefill holds up every stream already decoding on its replica (each
-    /// engine step that carries a prefill chunk is that much longer), so a copy made on a
-    /// busy replica costs its other requests what it saves this one; on an idle replica it
-    /// costs nothing and spreads a hot prefix.
-    pub copy_us_per_token_per_stream: f64,
-    /// When costs count as equal, and how equals are told apart.
-    pub tie: Tie,
-    pub ties: &'a Draws,
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::Ordering;
@@ -369,7 +246,6 @@ mod tests {
     use super::*;
     use crate::gateway::config::EntrySlo;
     use crate::gateway::pick::predict::{EngineEntry, LatencyProbe};
-    use crate::gateway::pick::replica::ReportedLoad;
     use crate::gateway::pick::test_fleet::{context, context_at, replicas, teach};
 
     fn key() -> PromptKey {
@@ -452,58 +328,5 @@ mod tests {
         let short = PromptKey { prompt_tokens: 300, ..key() };
         placed(0, 300, at(1.0).now);
         assert_eq!(stale_for(&short), Some(1));
-    }
-
-    #[test]
-    fn a_copy_is_charged_for_the_streams_it_would_stall_on_its_replica() {
-        let set = replicas(2);
-        teach(&set[0], 100.0, 5.0);
-        teach(&set[1], 100.0, 5.0);
-        // r0 holds the whole 3,000-token prompt, computed, behind 20,000 tokens of prefill.
-        let now = Instant::now();
-        let _queued: Vec<LatencyProbe> = (0..4)
-            .map(|_| {
-                let mut probe = LatencyProbe::begin(
-                    set[0].clone(),
-                    5000,
-                    &context_at(now),
-                    EngineEntry::AtAnswer,
-                );
-                probe.answered();
-                probe
-            })
-            .collect();
-        let key = PromptKey { prompt_tokens: 3000, max_hit_blocks: 23, ..key() };
-        let held = [Held { blocks: 23, computing: false }, Held::default()];
-        let slo = EntrySlo { ttft: Duration::from_secs(5), ..EntrySlo::default() };
-        let request = RequestShape { prompt_tokens: 3000, slo };
-        let configured = QueueTtft { prefill_us_per_token: 75.0, request_us: 1000.0 };
-        let estimate = MeasuredTtft::for_candidates(&set, &[0, 1], &request, configured);
-        assert!(matches!(estimate, MeasuredTtft::Learned { .. }));
-        let ties = Draws::new(1);
-        let choice = Choice {
-            key: &key,
-            estimate: &estimate,
-            recompute_us_per_token: 100.0,
-            copy_us_per_token_per_stream: 100.0,
-            tie: MEASURED_TIE,
-            ties: &ties,
-        };
-        // An idle r1: a copy there (0.3 s) beats the hit behind 20,000 tokens (2 s).
-        assert_eq!(fastest(&set, &[0, 1], &held, &choice, &context()), Some(1));
-        // Eight streams decoding on r1: the copy's 2,944 extra tokens would stall each.
-        set[1].load.in_flight.store(8, Ordering::Relaxed);
-        assert_eq!(fastest(&set, &[0, 1], &held, &choice, &context()), Some(0));
-        // The same eight streams sent by another gateway: the engine reports them.
-        set[1].load.in_flight.store(0, Ordering::Relaxed);
-        let at = context();
-        let running = ReportedLoad { waiting: 0, running: 8, kv_cache_usage: 0.1 };
-        set[1].load.record_scrape(running, at.epoch, at.now);
-        assert_eq!(fastest(&set, &[0, 1], &held, &choice, &at), Some(0));
-        // A move that does not pay (a session's conversation) pays the flat recompute
-        // charge whatever r1 runs: 0.3 + 0.29 s, still under the 2 s hit.
-        let session = PromptKey { session: Some(7), ..key.clone() };
-        let choice = Choice { key: &session, ..choice };
-        assert_eq!(fastest(&set, &[0, 1], &held, &choice, &context()), Some(1));
     }
 }
