@@ -1,5 +1,8 @@
-//! Counts on seeded input: the index's memory bound and eviction order, rendezvous
-//! stability, bounded load, the hot-spot guard and self-correction.
+//! Counts on seeded input: the index's memory bound and eviction order, the hot-spot guard
+//! and self-correction; where sessions go (rendezvous stability, bounded load) in
+//! [`sessions`].
+
+mod sessions;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -13,9 +16,9 @@ use super::affinity::{LoadBound, session_places};
 use super::index::BlockIndex;
 use super::policy::PrefixAware;
 use super::{EngineTokens, PrefixRouter, PromptKey, PromptPick, hash_bytes};
-use crate::gateway::config::{EntrySlo, PrefixConfig};
+use crate::gateway::config::PrefixConfig;
 use crate::gateway::pick::policy::{Policy, RequestShape};
-use crate::gateway::pick::test_fleet::{context, replicas, teach};
+use crate::gateway::pick::test_fleet::{context, replicas};
 use crate::openai::InferenceRequest;
 use crate::openai::request::Endpoint;
 use crate::tokens::synthetic_text;
@@ -58,159 +61,6 @@ fn the_longest_match_anywhere_is_the_best_single_replicas() {
 
 /// The default bound of a conversation's later turns.
 const LOOSE: LoadBound = LoadBound::Loose { factor: 1.25 };
-
-/// Where bounded load alone sends `session` (factor 1.25).
-fn bounded(
-    set: &[Arc<crate::gateway::pick::Replica>],
-    candidates: &[usize],
-    session: u64,
-) -> usize {
-    session_places(set, candidates, session, LOOSE).unwrap().bounded
-}
-
-#[test]
-fn when_a_replica_leaves_only_its_sessions_move() {
-    let set = replicas(5);
-    let all: Vec<usize> = (0..5).collect();
-    let sessions: Vec<u64> = (0..2000u64).map(|s| hash_bytes(format!("s{s}").as_bytes())).collect();
-    let before: Vec<usize> = sessions.iter().map(|&s| bounded(&set, &all, s)).collect();
-    let mut per_replica = [0; 5];
-    for &r in &before {
-        per_replica[r] += 1;
-    }
-    assert!(per_replica.iter().all(|&n| (300..500).contains(&n)), "{per_replica:?}");
-    let without_2: Vec<usize> = vec![0, 1, 3, 4];
-    let mut moved = 0;
-    for (session, &was) in sessions.iter().zip(&before) {
-        let now = bounded(&set, &without_2, *session);
-        if was == 2 {
-            moved += 1;
-            assert_ne!(now, 2);
-        } else {
-            assert_eq!(now, was, "a session of a staying replica moved");
-        }
-    }
-    assert_eq!(moved, per_replica[2]);
-}
-
-#[test]
-fn an_overloaded_session_replica_sheds_new_requests_until_it_recovers() {
-    let set = replicas(4);
-    let all: Vec<usize> = (0..4).collect();
-    let session = hash_bytes(b"conversation-7");
-    let home = bounded(&set, &all, session);
-    // 20 in flight on the home replica, none elsewhere: bound 1.25 * 20 / 4 + 1 = 7.25.
-    set[home].load.in_flight.store(20, Ordering::Relaxed);
-    let away = bounded(&set, &all, session);
-    assert_ne!(away, home);
-    set[home].load.in_flight.store(1, Ordering::Relaxed);
-    assert_eq!(bounded(&set, &all, session), home);
-}
-
-/// Turn `turn` (from 0) of a conversation: a shared system message of `shared` tokens, the
-/// earlier questions and answers (16 tokens each) and a new question.
-fn chat_turn(shared: u64, turn: u64, headers: &HeaderMap) -> PromptKey {
-    let text = |seed: u64| synthetic_text(16, &mut StdRng::seed_from_u64(2000 + seed));
-    let system = synthetic_text(shared, &mut StdRng::seed_from_u64(1));
-    let mut messages = vec![serde_json::json!({"role": "system", "content": system})];
-    for earlier in 0..turn {
-        messages.push(serde_json::json!({"role": "user", "content": text(2 * earlier)}));
-        messages.push(serde_json::json!({"role": "assistant", "content": text(2 * earlier + 1)}));
-    }
-    messages.push(serde_json::json!({"role": "user", "content": text(2 * turn)}));
-    let body = serde_json::json!({ "messages": messages });
-    let request = InferenceRequest::parse(Endpoint::Chat, body.to_string().as_bytes()).unwrap();
-    PromptKey::new(&request, headers, &PrefixConfig::default(), &EngineTokens::default())
-}
-
-#[test]
-fn a_session_leaves_its_overloaded_home_only_when_a_miss_elsewhere_is_faster_then_stays() {
-    let set = replicas(4);
-    let router = Arc::new(PrefixRouter::new(&PrefixConfig::default(), &Registry::new()));
-    let config = PrefixConfig::default();
-    let mut headers = HeaderMap::new();
-    headers.insert("x-session-id", "conversation-7".parse().unwrap());
-    let all: Vec<usize> = (0..4).collect();
-    let home = session_places(&set, &all, hash_bytes(b"conversation-7"), LOOSE).unwrap().home;
-    let pick = |key: &PromptKey| {
-        let prompt = PromptPick { key, router: &router, config: &config };
-        PrefixAware::new(5)
-            .pick_prompt(&set, &context(), &prompt, &RequestShape::default())
-            .unwrap()
-    };
-    // First turn, nothing cached, home overloaded (20 in flight, none elsewhere): it goes
-    // where bounded load sends it.
-    let first_turn = chat_turn(2000, 0, &headers);
-    set[home].load.in_flight.store(20, Ordering::Relaxed);
-    let away = pick(&first_turn);
-    assert_ne!(away, home);
-    // The conversation so far (2,000 tokens) is cached at home: 150 ms of prefill saved
-    // against 20 ms of queue at 1 ms a request. It stays, overloaded or not.
-    router.place(&set[home], &first_turn).prefill_done();
-    let next_turn = chat_turn(2000, 1, &headers);
-    assert_eq!(pick(&next_turn), home);
-    // 400 in flight at home: a miss elsewhere is faster than the queue, and it moves.
-    set[home].load.in_flight.store(400, Ordering::Relaxed);
-    let moved = pick(&next_turn);
-    assert_ne!(moved, home);
-    // Its turn is cached where it went: home is idle again, but the next turn follows the
-    // session there (the conversation so far) rather than go home to a miss.
-    router.place(&set[moved], &next_turn).prefill_done();
-    set[home].load.in_flight.store(0, Ordering::Relaxed);
-    let turn_after = chat_turn(2000, 2, &headers);
-    assert_eq!(pick(&turn_after), moved);
-    // Another session sending the same prompt is not drawn there: it goes to its own home.
-    let mut other = HeaderMap::new();
-    other.insert("x-session-id", "conversation-8".parse().unwrap());
-    let other_home = session_places(&set, &all, hash_bytes(b"conversation-8"), LOOSE).unwrap().home;
-    assert_eq!(pick(&chat_turn(2000, 2, &other)), other_home);
-    // A second gateway, which placed none of this: it sends the turn after home, where the
-    // first gateway's memory no longer leads the turn after that (it skipped a turn).
-    let other_gateway = Arc::new(PrefixRouter::new(&config, &Registry::new()));
-    let prompt = PromptPick { key: &turn_after, router: &other_gateway, config: &config };
-    assert_eq!(
-        PrefixAware::new(5).pick_prompt(&set, &context(), &prompt, &RequestShape::default()),
-        Some(home)
-    );
-    other_gateway.place(&set[home], &turn_after).prefill_done();
-    let fourth_turn = chat_turn(2000, 3, &headers);
-    assert_eq!(pick(&fourth_turn), home, "no longer led to where the session was two turns ago");
-}
-
-#[test]
-fn a_session_leaves_a_home_far_slower_than_a_replica_elsewhere_unless_its_cache_pays() {
-    let mut headers = HeaderMap::new();
-    headers.insert("x-session-id", "conversation-7".parse().unwrap());
-    let session = hash_bytes(b"conversation-7");
-    let config = PrefixConfig::default();
-    let request = RequestShape { prompt_tokens: 2000, slo: EntrySlo::default() };
-    // Two replicas at 100 us a token, then the same with home at 800 (as a real replica
-    // eight times slower measured).
-    for home_us_per_token in [100.0, 800.0] {
-        let set = replicas(2);
-        let all = [0, 1];
-        let home = session_places(&set, &all, session, LOOSE).unwrap().home;
-        let elsewhere = 1 - home;
-        teach(&set[home], home_us_per_token, 5.0);
-        teach(&set[elsewhere], 100.0, 5.0);
-        let router = Arc::new(PrefixRouter::new(&config, &Registry::new()));
-        let pick = |key: &PromptKey| {
-            let prompt = PromptPick { key, router: &router, config: &config };
-            PrefixAware::measured(5).pick_prompt(&set, &context(), &prompt, &request).unwrap()
-        };
-        // A first turn of 2,000 tokens, cached nowhere: home unless home is far slower
-        // (1.6 s against 0.2 s), though home, bounded load and memory all say home.
-        let first_turn = chat_turn(2000, 0, &headers);
-        let first = pick(&first_turn);
-        let expected = if home_us_per_token > 100.0 { elsewhere } else { home };
-        assert_eq!(first, expected, "{home_us_per_token} us a token at home");
-        // With the conversation so far cached at home, the next turn's few new tokens cost
-        // home less than a miss elsewhere: it stays home, slow or not.
-        router.place(&set[home], &first_turn).prefill_done();
-        let next_turn = chat_turn(2000, 1, &headers);
-        assert_eq!(pick(&next_turn), home, "{home_us_per_token} us a token at home, cached");
-    }
-}
 
 /// Places `count` requests of one prompt through the policy and the router; returns the
 /// count per replica. `complete` releases each request's prefill before the next arrives;
@@ -402,81 +252,6 @@ fn owed_prefill_is_released_once() {
     feedback.prefill_done();
     drop(feedback);
     assert_eq!(set[0].load.prefill_owed_tokens(), 0);
-}
-
-/// Turn `turns` of conversation `conversation`: its earlier user messages (64 tokens
-/// each) and answers, then a new user message; the session id in `x-session-id`.
-fn conversation_turn(conversation: u64, turns: u64) -> PromptKey {
-    let text = |n: u64| synthetic_text(64, &mut StdRng::seed_from_u64(conversation * 100 + n));
-    let mut messages = Vec::new();
-    for turn in 0..turns {
-        messages.push(serde_json::json!({"role": "user", "content": text(2 * turn)}));
-        if turn + 1 < turns {
-            messages.push(serde_json::json!({"role": "assistant", "content": text(2 * turn + 1)}));
-        }
-    }
-    let body = serde_json::json!({ "messages": messages });
-    let request = InferenceRequest::parse(Endpoint::Chat, body.to_string().as_bytes()).unwrap();
-    let mut headers = HeaderMap::new();
-    headers.insert("x-session-id", format!("conversation-{conversation}").parse().unwrap());
-    PromptKey::new(&request, &headers, &PrefixConfig::default(), &EngineTokens::default())
-}
-
-#[test]
-fn conversations_opened_at_once_spread_evenly_and_their_next_turns_follow() {
-    let set = replicas(4);
-    let all: Vec<usize> = (0..4).collect();
-    let config = PrefixConfig::default();
-    let router = Arc::new(PrefixRouter::new(&config, &Registry::new()));
-    let pick = |key: &PromptKey| {
-        let prompt = PromptPick { key, router: &router, config: &config };
-        PrefixAware::new(5)
-            .pick_prompt(&set, &context(), &prompt, &RequestShape::default())
-            .unwrap()
-    };
-    // Sixteen conversations whose rendezvous home is the same replica, opened at once:
-    // none has anything cached, and each first turn stays in flight.
-    let home_of = |c: u64| {
-        let session = hash_bytes(format!("conversation-{c}").as_bytes());
-        session_places(&set, &all, session, LOOSE).unwrap().home
-    };
-    let conversations: Vec<u64> = (0..1000).filter(|&c| home_of(c) == 0).take(16).collect();
-    assert_eq!(conversations.len(), 16);
-    let mut first_turns = Vec::new();
-    let mut per_replica = [0; 4];
-    for &c in &conversations {
-        let key = conversation_turn(c, 1);
-        assert!(key.opens_conversation);
-        let chosen = pick(&key);
-        per_replica[chosen] += 1;
-        set[chosen].load.in_flight.fetch_add(1, Ordering::Relaxed);
-        first_turns.push((chosen, router.place(&set[chosen], &key)));
-    }
-    assert_eq!(per_replica, [4, 4, 4, 4], "an even share each, home or not");
-    // The first turns end. Each second turn (the first one's messages, an answer and a new
-    // question) follows its conversation to where it is cached, idle home or not.
-    for (chosen, feedback) in &mut first_turns {
-        feedback.prefill_done();
-        set[*chosen].load.in_flight.fetch_sub(1, Ordering::Relaxed);
-    }
-    for (&c, (was, _)) in conversations.iter().zip(&first_turns) {
-        let key = conversation_turn(c, 2);
-        assert!(!key.opens_conversation);
-        assert_eq!(pick(&key), *was, "conversation {c}");
-    }
-    // Under the loose bound of later turns, the same sixteen would have piled up at home
-    // (1.25 * mean + 1 lets a replica take six of sixteen).
-    for replica in &set {
-        replica.load.in_flight.store(0, Ordering::Relaxed);
-    }
-    let mut at_home = 0;
-    for &c in &conversations {
-        let session = hash_bytes(format!("conversation-{c}").as_bytes());
-        let bounded = session_places(&set, &all, session, LOOSE).unwrap().bounded;
-        at_home += usize::from(bounded == 0);
-        set[bounded].load.in_flight.fetch_add(1, Ordering::Relaxed);
-    }
-    assert!(at_home > 4, "{at_home} of 16 at home under the loose bound");
 }
 
 /// A prefix every prompt shares (here the first block of a short system message) is not
