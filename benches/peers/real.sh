@@ -59,6 +59,8 @@
 #   REAL_SEED (47), REAL_SLO_TTFT_MS (1000), REAL_SLO_TPOT_MS (50)
 #   REAL_CONV_CLIENTS (16), REAL_CONV_TURNS (5)            real-conv's shape (full run)
 #   REAL_PREFIX_GROUPS (8), REAL_PREFIX_RATE (4), REAL_PREFIX_REQUESTS (150)   real-prefix's
+#   REAL_PREFIX_HOT (0)       real-prefix's share of requests to group 0, a hot prefix (0:
+#                             every group alike)
 #   REAL_MIXED_RATE (1.5), REAL_MIXED_REQUESTS (100)       real-mixed's
 #                             (other shapes of the same class of traffic; --quick halves
 #                             the counts)
@@ -82,6 +84,7 @@ REAL_CONV_TURNS="${REAL_CONV_TURNS:-5}"
 REAL_PREFIX_GROUPS="${REAL_PREFIX_GROUPS:-8}"
 REAL_PREFIX_RATE="${REAL_PREFIX_RATE:-4}"
 REAL_PREFIX_REQUESTS="${REAL_PREFIX_REQUESTS:-150}"
+REAL_PREFIX_HOT="${REAL_PREFIX_HOT:-0}"
 REAL_MIXED_RATE="${REAL_MIXED_RATE:-1.5}"
 REAL_MIXED_REQUESTS="${REAL_MIXED_REQUESTS:-100}"
 REAL_VLLM="$ROOT/scripts/real-vllm.sh"
@@ -443,9 +446,12 @@ part_real_conv() {
 part_real_prefix() {
     local requests="$REAL_PREFIX_REQUESTS" groups="$REAL_PREFIX_GROUPS" rate="$REAL_PREFIX_RATE"
     [[ $QUICK -eq 1 ]] && requests=$(((requests * 4 + 14) / 15))
+    local hot=""
+    [[ "$REAL_PREFIX_HOT" != 0 ]] && hot=", $REAL_PREFIX_HOT of them to one hot group"
     real_part "Real engine: shared prefixes" real-prefix prefix \
-        "$groups groups x 3000-token context + 100-token question, Poisson $rate/s" \
-        --groups "$groups" --context-tokens 3000 --input-tokens 100 --output-tokens 32 --rate "$rate" --requests "$requests"
+        "$groups groups x 3000-token context + 100-token question, Poisson $rate/s$hot" \
+        --groups "$groups" --context-tokens 3000 --input-tokens 100 --output-tokens 32 --rate "$rate" --requests "$requests" \
+        --hot-share "$REAL_PREFIX_HOT"
 }
 
 part_real_mixed() {

@@ -19,7 +19,8 @@ block through the salt):
           are O tokens (max_tokens = min_tokens = O, ignore_eos); `x-session-id` and `user`
           name the conversation.
   prefix  G groups of a shared context (system message) + a unique question, Poisson
-          arrivals at R/s, N requests.
+          arrivals at R/s, N requests; --hot-share S sends a share S of them to group 0 (a
+          hot prefix) and the rest evenly to the others.
   mixed   a weighted mix of input/output shapes (default 70% 500/100, 30% 4000/200),
           Poisson arrivals at R/s, N requests.
   closed  N requests of one shape from C closed-loop clients (entry-strategy checks).
@@ -415,7 +416,12 @@ def prefix_plan(run: Run, words: Words, calibration):
     pick = random.Random(f"{a.seed}-groups")
     plan = []
     for i, offset in enumerate(poisson_offsets(a.seed, a.rate, a.requests)):
-        group = pick.randrange(a.groups)
+        if a.hot_share and (a.groups == 1 or pick.random() < a.hot_share):
+            group = 0
+        elif a.hot_share:
+            group = 1 + pick.randrange(a.groups - 1)
+        else:
+            group = pick.randrange(a.groups)
         question = words.text(random.Random(f"{a.seed}-question-{i}"), question_words)
         messages = [{"role": "system", "content": f"{run.salt(f'g{group}')} {contexts[group]}"},
                     {"role": "user", "content": question}]
@@ -628,7 +634,7 @@ def workload_params(a):
     elif a.workload == "prefix":
         shape = {"groups": a.groups, "context_tokens": a.context_tokens,
                  "question_tokens": a.input_tokens, "answer_tokens": a.output_tokens,
-                 "rate": a.rate, "requests": a.requests}
+                 "rate": a.rate, "requests": a.requests, "hot_share": a.hot_share}
     elif a.workload == "mixed":
         shape = {"mix": a.mix, "rate": a.rate, "requests": a.requests}
     else:
@@ -665,6 +671,8 @@ def parse_args(argv):
     p.add_argument("--output-tokens", type=int)
     p.add_argument("--groups", type=int)
     p.add_argument("--context-tokens", type=int)
+    p.add_argument("--hot-share", type=float, default=0.0,
+                   help="prefix: share of requests sent to group 0 (0: every group alike)")
     p.add_argument("--rate", type=float, help="prefix/mixed: Poisson arrivals per second")
     p.add_argument("--requests", type=int)
     p.add_argument("--mix", default="0.7:500/100,0.3:4000/200", help="mixed: WEIGHT:IN/OUT,...")
@@ -684,6 +692,8 @@ def parse_args(argv):
         if getattr(a, key) is None:
             setattr(a, key, value)
     a.name = a.name or a.workload
+    if not 0.0 <= a.hot_share <= 1.0:
+        p.error(f"--hot-share wants a share between 0 and 1, not {a.hot_share}")
     a.targets = []
     for spec in a.target:
         name, sep, url = spec.partition("=")

@@ -115,6 +115,8 @@ poll_estimates() {
 
 # ROUTING_PEERS: which targets to start, by name (default all of them), for quicker
 # iterations; a committed result runs them all.
+# laneway-default (not in the default list): the default policy, prefix_latency (the
+# sim's prompts share no prefix and its cache is off, so its latency half decides).
 # laneway-predicted-pools (hetero only): predicted_latency with the long entry bound to TP8;
 # laneway-predicted-split (hetero only, not in the default list): also the short entry
 # bound to TP4.
@@ -123,6 +125,7 @@ routing_peer() { [[ " $ROUTING_PEERS " == *" $1 "* ]]; }
 
 start_routing_peers() {
     TARGETS=()
+    routing_peer laneway-default && start_laneway_fleet laneway-default prefix_latency
     routing_peer laneway-predicted && start_laneway_fleet laneway-predicted predicted_latency
     routing_peer laneway-least-queue && start_laneway_fleet laneway-least-queue least_queue
     # ROUTING_BASELINE=BINARY: that build's predicted_latency too, for a before/after.

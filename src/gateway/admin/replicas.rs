@@ -70,6 +70,7 @@ fn latency_estimate(replica: &Replica) -> Value {
         "placements": view.placements,
         "waiting_streams": view.waiting_streams,
         "late_factor": view.late_factor,
+        "remeasure_after_seconds": view.remeasure_after.as_secs_f64(),
         "prefill_samples": view.samples.0,
         "decode_samples": view.samples.1,
     })

@@ -20,6 +20,7 @@ use super::engine_speed::{EngineSpeed, EngineWork};
 use super::envelope;
 use super::fit::DecayedLine;
 use super::overdue::{Overdue, Waiting};
+use super::remeasure::Remeasure;
 use crate::gateway::clock;
 use crate::gateway::pick::policy::PickContext;
 use crate::gateway::pick::replica::Replica;
@@ -68,6 +69,8 @@ pub struct LatencyEstimate {
     /// alone, a replica whose first two long prompts met busy API processes read as slow
     /// for long prompts, was sent none again, and its estimate for them never recovered.
     last_placed_by_size: [AtomicU64; envelope::BUCKETS],
+    /// How long the replica must go unpicked before a request measures it again.
+    remeasure: Remeasure,
     /// Published models, as `f64` bits: the decode line's `(intercept, slope)`, the TTFT
     /// slope per prompt token, its intercept and its spread per count of other requests in
     /// flight.
@@ -112,6 +115,7 @@ impl Default for LatencyEstimate {
             overdue: Overdue::default(),
             placements: AtomicU64::new(0),
             last_placed_by_size: std::array::from_fn(|_| AtomicU64::new(0)),
+            remeasure: Remeasure::default(),
             decode_published: publish(&models.decode),
             ttft_slope_published: AtomicU64::new(models.prefill.slope().to_bits()),
             ttft_intercepts_published: models
@@ -171,6 +175,8 @@ pub struct EstimateView {
     /// predicted they are as picks see it (1: on time; [`Overdue::factor`]).
     pub waiting_streams: u64,
     pub late_factor: f64,
+    /// How long the replica must go unpicked before a request measures it again.
+    pub remeasure_after: Duration,
 }
 
 impl LatencyEstimate {
@@ -194,6 +200,11 @@ impl LatencyEstimate {
     /// When a request of about `prompt_tokens` was last placed on the replica (zero: never).
     pub fn last_placed_for(&self, prompt_tokens: u64) -> u64 {
         self.last_placed_by_size[envelope::bucket(prompt_tokens as f64)].load(Ordering::Relaxed)
+    }
+
+    /// The replica's measure-again interval ([`Remeasure`]).
+    pub fn remeasure(&self) -> &Remeasure {
+        &self.remeasure
     }
 
     /// [`Self::predict`] for a pick at `now`: the TTFT scaled by how late the replica's
@@ -303,6 +314,7 @@ impl LatencyEstimate {
             samples: self.samples(),
             waiting_streams: self.overdue.waiting(),
             late_factor: self.overdue.factor(now),
+            remeasure_after: Duration::from_micros(self.remeasure.interval_us()),
         }
     }
 }
@@ -417,6 +429,7 @@ impl LatencyProbe {
         let alone = queued_ahead == 0 && !self.others_unseen;
         self.replica.latency.observe_prefill(tokens, self.others, alone, ttft);
         let measured = ttft.as_secs_f64();
+        self.replica.latency.remeasure.first_token(self.predicted_ttft, measured);
         (measured > 0.0).then(|| (self.predicted_ttft - measured).abs() / measured)
     }
 

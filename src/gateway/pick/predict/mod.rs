@@ -3,7 +3,8 @@
 //! curve in [`concurrency`], whose slope per prompt token is the engine's own count
 //! ([`engine_speed`]) or [`envelope`]'s) and the policy that places each request on the least loaded
 //! replica predicted to meet its SLO ([`headroom`]); its predictions are scaled up while a
-//! replica's waiting streams are late ([`overdue`]).
+//! replica's waiting streams are late ([`overdue`]), and a replica no pick chooses is measured
+//! again at growing intervals ([`remeasure`]).
 
 pub mod concurrency;
 pub mod engine_speed;
@@ -12,6 +13,7 @@ pub mod estimate;
 pub mod fit;
 pub mod headroom;
 pub mod overdue;
+pub mod remeasure;
 #[cfg(test)]
 mod tests;
 

@@ -37,9 +37,6 @@ use crate::gateway::pick::least_queue::{self, LeastQueue};
 use crate::gateway::pick::policy::{PickContext, Policy, RequestShape};
 use crate::gateway::pick::replica::Replica;
 
-/// `prefix_latency` measures again a candidate that holds as much of the prompt as any
-/// other but has had no request of its size for this long (see [`stale_equal`]).
-const STALE_AFTER_US: u64 = 1_000_000;
 /// How many times sooner than a session's home another replica must answer alone to
 /// contend with it ([`faster_than_home`]): well past the spread of learned speeds among
 /// equal replicas (measured 80-100 us a token on one real engine), well under a slower
@@ -66,6 +63,15 @@ impl PrefixAware {
     /// `prefix_latency`: the same affinity, judged by measured latency and the SLO.
     pub fn measured(seed: u64) -> Self {
         Self { measured: true, ..Self::new(seed) }
+    }
+
+    /// `chosen` was picked on its estimate, not to measure it again: under
+    /// `prefix_latency`, its measure-again interval starts over.
+    fn chosen(&self, replicas: &[Arc<Replica>], chosen: usize) -> usize {
+        if self.measured {
+            replicas[chosen].latency.remeasure().chosen();
+        }
+        chosen
     }
 }
 
@@ -137,7 +143,7 @@ impl Policy for PrefixAware {
                 contenders.sort_unstable();
                 contenders.dedup();
                 if contenders.len() == 1 {
-                    return Some(places.home);
+                    return Some(self.chosen(replicas, places.home));
                 }
                 let held = contenders.iter().map(|&c| held_of(c)).collect();
                 (contenders, held)
@@ -156,6 +162,7 @@ impl Policy for PrefixAware {
                     stale,
                 );
             }
+            replicas[stale].latency.remeasure().measured_again();
             return Some(stale);
         }
         let prefill_us_per_token = estimate.prefill_us_per_token(replicas, &candidates);
@@ -170,7 +177,7 @@ impl Policy for PrefixAware {
             tie: if self.measured { MEASURED_TIE } else { Tie::Exact },
             ties: &self.ties,
         };
-        fastest(replicas, &candidates, &held, &chosen, context)
+        fastest(replicas, &candidates, &held, &chosen, context).map(|i| self.chosen(replicas, i))
     }
 }
 
@@ -200,7 +207,9 @@ fn faster_than_home(
 /// best-cached candidate and is as lightly loaded as any candidate, refuses nothing, is
 /// predicted to meet the request's TTFT objective (so the request loses nothing that
 /// matters there, even if the prediction is right), and has had no request of this size
-/// placed on it for [`STALE_AFTER_US`]; the stalest of them.
+/// placed on it for its measure-again interval (a second at first, doubling with each such
+/// request in a row: [`Remeasure`](crate::gateway::pick::predict::remeasure::Remeasure));
+/// the stalest of them.
 ///
 /// A replica that no pick chooses is never measured again, and its estimate stays what it
 /// was: two replicas that learned high first-token intercepts while a third was out of
@@ -209,7 +218,8 @@ fn faster_than_home(
 /// a busy fleet nothing; on an idle one it spreads requests. The objective keeps a slower
 /// replica of a mixed fleet from being measured with prompts it is too slow for: a
 /// 4,000-token prompt took 3.5-6 s on a real replica eight times slower than the other,
-/// which would have answered it in 0.4 s; short prompts measure it as well.
+/// which would have answered it in 0.4 s; short prompts measure it as well, and less and
+/// less often while they confirm that it is slower.
 fn stale_equal(
     replicas: &[Arc<Replica>],
     candidates: &[usize],
@@ -233,7 +243,9 @@ fn stale_equal(
         .filter(|&(&i, h)| h.blocks == most && replicas[i].load.failures() == 0 && load(i) <= least)
         .filter(|&(&i, _)| meets_objective(i))
         .map(|(&i, _)| (replicas[i].latency.last_placed_for(uncached), i))
-        .filter(|&(last, _)| now.saturating_sub(last) > STALE_AFTER_US)
+        .filter(|&(last, i)| {
+            now.saturating_sub(last) > replicas[i].latency.remeasure().interval_us()
+        })
         .min()
         .map(|(_, i)| i)
 }
@@ -244,8 +256,11 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::*;
-    use crate::gateway::config::EntrySlo;
+    use prometheus::Registry;
+
+    use crate::gateway::config::{EntrySlo, PrefixConfig};
     use crate::gateway::pick::predict::{EngineEntry, LatencyProbe};
+    use crate::gateway::pick::prefix::PrefixRouter;
     use crate::gateway::pick::test_fleet::{context, context_at, replicas, teach};
 
     fn key() -> PromptKey {
@@ -328,5 +343,55 @@ mod tests {
         let short = PromptKey { prompt_tokens: 300, ..key() };
         placed(0, 300, at(1.0).now);
         assert_eq!(stale_for(&short), Some(1));
+    }
+
+    #[test]
+    fn a_slower_replica_is_measured_again_less_and_less_often_until_it_answers_far_sooner() {
+        let set = replicas(2);
+        teach(&set[0], 100.0, 5.0);
+        teach(&set[1], 1000.0, 5.0);
+        let router = PrefixRouter::new(&PrefixConfig::default(), &Registry::new());
+        let config = PrefixConfig::default();
+        let policy = PrefixAware::measured(5);
+        // 300 tokens, nothing cached: about 40 ms on r0, 310 ms on r1 (within the 1 s
+        // objective). One request every 100 ms for 40 s, each placed where the pick says.
+        let short = PromptKey { prompt_tokens: 300, ..key() };
+        let request = RequestShape { prompt_tokens: 300, slo: EntrySlo::default() };
+        let base = context().now;
+        let at = |tenths: u64| context_at(base + Duration::from_millis(100 * tenths));
+        // The times (in tenths of a second) at which the pick chose r1.
+        let to_r1 = |times: std::ops::Range<u64>| -> Vec<u64> {
+            times
+                .filter(|&tenths| {
+                    let context = at(tenths);
+                    let prompt = PromptPick { key: &short, router: &router, config: &config };
+                    let chosen = policy.pick_prompt(&set, &context, &prompt, &request).unwrap();
+                    let placed = set[chosen].clone();
+                    drop(LatencyProbe::begin(placed, 300, &context, EngineEntry::AtPlacement));
+                    chosen == 1
+                })
+                .collect()
+        };
+        let measured_at = to_r1(0..400);
+        // Once a second had gone by, then after 2, 4, 8 and 16 s: each measurement confirmed
+        // the model (no first token came sooner), so each waits twice as long as the last.
+        let gaps: Vec<u64> = measured_at.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(gaps, [21, 41, 81, 161], "measured again at {measured_at:?}");
+        assert_eq!(set[1].latency.remeasure().interval_us(), 32_000_000);
+
+        // r1 answers in 20 ms: far sooner than predicted, so it is measured a second later.
+        let mut probe = LatencyProbe::begin(set[1].clone(), 300, &at(400), EngineEntry::AtAnswer);
+        probe.first_token(at(400).now + Duration::from_millis(20));
+        drop(probe);
+        assert_eq!(to_r1(401..430), [411], "one second after its fast first token");
+        assert_eq!(set[1].latency.remeasure().interval_us(), 2_000_000);
+
+        // r0 owes a 20,000-token prefill (about 2 s): r1 wins the pick on its estimate, and
+        // its interval starts over.
+        let queued =
+            LatencyProbe::begin(set[0].clone(), 20_000, &at(430), EngineEntry::AtPlacement);
+        assert_eq!(to_r1(430..431), [430]);
+        assert_eq!(set[1].latency.remeasure().interval_us(), 1_000_000);
+        drop(queued);
     }
 }

@@ -1,0 +1,43 @@
+"""`benches/peers/real_client.py`'s shared-prefix plan: groups drawn evenly, or with a hot
+group taking its share, from the seed alone."""
+
+import importlib.util
+import pathlib
+import types
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def load_client():
+    spec = importlib.util.spec_from_file_location(
+        "real_client", ROOT / "benches/peers/real_client.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def plan_groups(client, hot_share, requests=2000, groups=8):
+    args = client.parse_args(
+        ["--workload", "prefix", "--target", "t=http://127.0.0.1:1", "--json", "/dev/null",
+         "--requests", str(requests), "--groups", str(groups), "--hot-share", str(hot_share)]
+    )
+    run = types.SimpleNamespace(args=args, salt=lambda item: f"[{item}]")
+    calibration = {"tokens_per_word": 2.0}
+    plan = client.prefix_plan(run, client.Words(), calibration)
+    return [meta["group"] for _, _, _, meta in plan]
+
+
+def test_a_hot_group_takes_its_share_and_the_others_split_the_rest():
+    client = load_client()
+    groups = plan_groups(client, 0.5)
+    counts = [groups.count(g) for g in range(8)]
+    assert 900 <= counts[0] <= 1100, counts
+    assert all(100 <= c <= 190 for c in counts[1:]), counts
+    assert groups == plan_groups(client, 0.5), "the plan is the seed's alone"
+
+
+def test_without_a_hot_share_every_group_is_alike():
+    client = load_client()
+    counts = [plan_groups(client, 0).count(g) for g in range(8)]
+    assert all(190 <= c <= 310 for c in counts), counts
