@@ -58,6 +58,8 @@
 #                             configuration; it follows [[replicas]], so tables only
 #   REAL_SEED (47), REAL_SLO_TTFT_MS (1000), REAL_SLO_TPOT_MS (50)
 #   REAL_CONV_CLIENTS (16), REAL_CONV_TURNS (5)            real-conv's shape (full run)
+#   REAL_CONV_SESSION (1)     0: real-conv names no conversation (no x-session-id, no
+#                             `user`): the prompt alone ties its turns together
 #   REAL_PREFIX_GROUPS (8), REAL_PREFIX_RATE (4), REAL_PREFIX_REQUESTS (150)   real-prefix's
 #   REAL_PREFIX_HOT (0)       real-prefix's share of requests to group 0, a hot prefix (0:
 #                             every group alike)
@@ -81,6 +83,7 @@ REAL_SLO_TTFT_MS="${REAL_SLO_TTFT_MS:-1000}"
 REAL_SLO_TPOT_MS="${REAL_SLO_TPOT_MS:-50}"
 REAL_CONV_CLIENTS="${REAL_CONV_CLIENTS:-16}"
 REAL_CONV_TURNS="${REAL_CONV_TURNS:-5}"
+REAL_CONV_SESSION="${REAL_CONV_SESSION:-1}"
 REAL_PREFIX_GROUPS="${REAL_PREFIX_GROUPS:-8}"
 REAL_PREFIX_RATE="${REAL_PREFIX_RATE:-4}"
 REAL_PREFIX_REQUESTS="${REAL_PREFIX_REQUESTS:-150}"
@@ -438,9 +441,11 @@ real_part() {
 part_real_conv() {
     local conversations="$REAL_CONV_CLIENTS" turns="$REAL_CONV_TURNS"
     [[ $QUICK -eq 1 ]] && { conversations=$(((conversations + 1) / 2)); turns=$((turns > 3 ? 3 : turns)); }
+    local session=() named=""
+    [[ "$REAL_CONV_SESSION" == 0 ]] && { session=(--no-session); named=", no session named"; }
     real_part "Real engine: multi-turn conversations" real-conv conv \
-        "$conversations conversations x $turns turns, closed loop" \
-        --clients "$conversations" --turns "$turns" --input-tokens 400 --output-tokens 64
+        "$conversations conversations x $turns turns, closed loop$named" \
+        --clients "$conversations" --turns "$turns" --input-tokens 400 --output-tokens 64 "${session[@]}"
 }
 
 part_real_prefix() {

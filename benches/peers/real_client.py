@@ -17,7 +17,7 @@ block through the salt):
   conv    C conversations x T turns, closed loop (one client each); each turn appends a
           Q-token question to the conversation and the previous real answer text; answers
           are O tokens (max_tokens = min_tokens = O, ignore_eos); `x-session-id` and `user`
-          name the conversation.
+          name the conversation (--no-session: nothing does, as many clients send).
   prefix  G groups of a shared context (system message) + a unique question, Poisson
           arrivals at R/s, N requests; --hot-share S sends a share S of them to group 0 (a
           hot prefix) and the rest evenly to the others.
@@ -365,7 +365,7 @@ async def conv_workload(run: Run, words: Words, calibration):
     async def conversation(index):
         if a.ramp_up > 0:
             await asyncio.sleep(a.ramp_up * index / a.clients)
-        session = f"{a.name}-{run.target}-{run.round}-{a.run_id}-c{index}"
+        session = None if a.no_session else f"{a.name}-{run.target}-{run.round}-{a.run_id}-c{index}"
         messages = []
         for turn in range(a.turns):
             question = words.text(random.Random(f"{a.seed}-conv-{index}-{turn}"), q_words)
@@ -630,7 +630,8 @@ def workload_params(a):
     common = {"seed": a.seed, "rounds": a.rounds, "run_id": a.run_id}
     if a.workload == "conv":
         shape = {"conversations": a.clients, "turns": a.turns, "question_tokens": a.input_tokens,
-                 "answer_tokens": a.output_tokens, "ramp_up_s": a.ramp_up}
+                 "answer_tokens": a.output_tokens, "ramp_up_s": a.ramp_up,
+                 "session": not a.no_session}
     elif a.workload == "prefix":
         shape = {"groups": a.groups, "context_tokens": a.context_tokens,
                  "question_tokens": a.input_tokens, "answer_tokens": a.output_tokens,
@@ -667,6 +668,8 @@ def parse_args(argv):
                    help="part of every salt, so a rerun on the same replicas starts cold")
     p.add_argument("--clients", type=int, help="conv: conversations; closed: clients")
     p.add_argument("--turns", type=int)
+    p.add_argument("--no-session", action="store_true",
+                   help="conv: send no x-session-id or user (the prompt alone ties the turns)")
     p.add_argument("--input-tokens", type=int, help="conv/prefix: question; closed: prompt")
     p.add_argument("--output-tokens", type=int)
     p.add_argument("--groups", type=int)

@@ -78,8 +78,16 @@ impl<'a> MeasuredTtft<'a> {
     }
 }
 
-impl TtftEstimate for MeasuredTtft<'_> {
-    fn ttft_us(&self, replica: &Replica, uncached_tokens: u64, context: &PickContext) -> f64 {
+impl MeasuredTtft<'_> {
+    /// [`TtftEstimate::ttft_us`], read `spreads` spreads above the predicted mean (the
+    /// configured estimate has no spread and is read as it is).
+    fn ttft_us_above(
+        &self,
+        replica: &Replica,
+        uncached_tokens: u64,
+        context: &PickContext,
+        spreads: f64,
+    ) -> f64 {
         let request = match self {
             // Late waiting streams are evidence whatever judges the rest.
             Self::Configured(queue) => {
@@ -94,12 +102,33 @@ impl TtftEstimate for MeasuredTtft<'_> {
         let in_flight = context.requests_on(replica) + 1;
         let ahead = estimate.engine_prefill_tokens();
         let predicted = estimate.predict_at(context.now, ahead, uncached_tokens, in_flight);
-        let mut us = predicted.ttft * 1e6 + FAILURE_PENALTY_US * replica.load.failures() as f64;
+        let ttft = predicted.ttft + spreads * predicted.ttft_spread;
+        let mut us = ttft * 1e6 + FAILURE_PENALTY_US * replica.load.failures() as f64;
         let tpot_objective = request.slo.tpot.as_secs_f64();
         if tpot_objective > 0.0 && predicted.tpot > tpot_objective * FIT_SHARE {
             us += request.slo.ttft.as_secs_f64() * 1e6;
         }
         us
+    }
+}
+
+impl TtftEstimate for MeasuredTtft<'_> {
+    fn ttft_us(&self, replica: &Replica, uncached_tokens: u64, context: &PickContext) -> f64 {
+        self.ttft_us_above(replica, uncached_tokens, context, 0.0)
+    }
+}
+
+/// A [`MeasuredTtft`] read one spread above the predicted mean: the first token a request
+/// risks on a candidate rather than the one it can expect, as `predicted_latency` judges
+/// it. `prefix_latency` judges a prompt whose cache tells no candidate apart with it (see
+/// `policy`): on a busy replica first tokens spread widely (its API processes race for the
+/// connection), and a mean that looked faster than a slower, idle replica's missed the
+/// objective.
+pub struct OneSpreadAbove<'a>(pub &'a MeasuredTtft<'a>);
+
+impl TtftEstimate for OneSpreadAbove<'_> {
+    fn ttft_us(&self, replica: &Replica, uncached_tokens: u64, context: &PickContext) -> f64 {
+        self.0.ttft_us_above(replica, uncached_tokens, context, 1.0)
     }
 }
 

@@ -1,8 +1,10 @@
 //! The `prefix_aware` pick and the default, `prefix_latency`, which differ in how a
 //! candidate's TTFT is estimated (configured speeds, or measured ones and the SLO: see
-//! [`super::measured`]), and in two rules of `prefix_latency`'s: a replica no pick has
-//! chosen for a while is measured again ([`stale_equal`]), and a copy of a computed prefix
-//! is charged for the streams it stalls ([`Choice::copy_us_per_token_per_stream`]).
+//! [`super::measured`]), and in three rules of `prefix_latency`'s: a replica no pick has
+//! chosen for a while is measured again ([`stale_equal`]), a prompt whose cache tells no
+//! candidate apart is judged one spread above each prediction ([`OneSpreadAbove`]), and a
+//! copy of a computed prefix is charged for the streams it stalls
+//! ([`Choice::copy_us_per_token_per_stream`]).
 //!
 //! Every candidate's TTFT is estimated with its own expected cache hit (the uncached tail
 //! is what it must prefill) and the fastest wins; among equals, the longest hit, then
@@ -27,7 +29,7 @@ use super::affinity::{LoadBound, session_places};
 use super::cost::{Choice, MEASURED_TIE, Tie, fastest};
 use super::engine_held::with_engine_caches;
 use super::index::Held;
-use super::measured::MeasuredTtft;
+use super::measured::{MeasuredTtft, OneSpreadAbove};
 use super::placement_trace;
 use super::ttft::{QueueTtft, TtftEstimate};
 use super::{PromptKey, PromptPick};
@@ -167,9 +169,16 @@ impl Policy for PrefixAware {
         }
         let prefill_us_per_token = estimate.prefill_us_per_token(replicas, &candidates);
         let recompute_us_per_token = prompt.config.recompute_weight * prefill_us_per_token;
+        // A prompt whose cache tells no candidate apart (each holds as many of its blocks
+        // as the others, mostly none), judged by the first token it risks rather than the
+        // one it can expect.
+        let risked = OneSpreadAbove(&estimate);
+        let indifferent = self.measured
+            && prompt.key.session.is_none()
+            && held.iter().all(|h| h.blocks == held[0].blocks);
         let chosen = Choice {
             key: prompt.key,
-            estimate: &estimate,
+            estimate: if indifferent { &risked } else { &estimate },
             recompute_us_per_token,
             // `prefix_latency` charges a copy for the streams it stalls; `prefix_aware`, as
             // configured, does not.
@@ -393,5 +402,35 @@ mod tests {
         assert_eq!(to_r1(430..431), [430]);
         assert_eq!(set[1].latency.remeasure().interval_us(), 1_000_000);
         drop(queued);
+    }
+
+    #[test]
+    fn a_prompt_new_to_every_replica_is_judged_by_the_first_token_it_risks() {
+        let set = replicas(2);
+        teach(&set[0], 100.0, 5.0);
+        teach(&set[1], 300.0, 5.0);
+        // With two other requests on it, r0's first tokens for 1,000-token prompts came
+        // after 50 or 450 ms, by turns: 250 ms on average, give or take 200.
+        for turn in 0..16 {
+            let ttft = if turn % 2 == 0 { 0.05 } else { 0.45 };
+            set[0].latency.observe_prefill((0, 1000), 2, false, Duration::from_secs_f64(ttft));
+        }
+        set[0].load.in_flight.store(2, Ordering::Relaxed);
+        let router = PrefixRouter::new(&PrefixConfig::default(), &Registry::new());
+        let config = PrefixConfig::default();
+        let policy = PrefixAware::measured(5);
+        let new_prompt = PromptKey { prompt_tokens: 1000, ..key() };
+        let request = RequestShape { prompt_tokens: 1000, slo: EntrySlo::default() };
+        let pick = |key: &PromptKey| {
+            let prompt = PromptPick { key, router: &router, config: &config };
+            policy.pick_prompt(&set, &context(), &prompt, &request).unwrap()
+        };
+        // Idle r1, three times slower, answers in about 310 ms, steadily: sooner than
+        // r0's 450 at one spread above its mean, though later than its 250 on average.
+        assert_eq!(pick(&new_prompt), 1);
+        // Once r0 holds the first 512 tokens the cache tells them apart, and the expected
+        // first token decides: r0, with its hit.
+        router.index.insert("r0", new_prompt.hittable());
+        assert_eq!(pick(&new_prompt), 0);
     }
 }
