@@ -8,9 +8,9 @@
 //! intercepts while busy and has since recovered), or it is right (the replica is slower).
 //! Measuring it again tells which. A first token far sooner than predicted says wrong, and
 //! the interval starts over; measurements that leave it unpicked let it grow, so a replica
-//! that is simply slower is not handed a short prompt every second. On a real fleet whose second
-//! replica prefilled eight times slower, 26 of the 28 short prompts it took in one round of
-//! mixed traffic were sent by that rule, once a second.
+//! that is simply slower is not handed a short prompt every second. On a real fleet whose
+//! second replica prefilled eight times slower, 26 of the 28 short prompts it took in one
+//! round of mixed traffic were sent by that rule, once a second.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -50,15 +50,21 @@ impl Remeasure {
     /// A pick chose the replica on its estimate: it takes traffic again, and the interval
     /// starts over.
     pub fn chosen(&self) {
-        if self.interval_us() != FIRST_US {
-            self.interval_us.store(FIRST_US, Ordering::Relaxed);
-        }
+        self.start_over();
     }
 
     /// A first token came `measured` seconds after placement, against `predicted`: far
     /// sooner, and the interval starts over.
     pub fn first_token(&self, predicted: f64, measured: f64) {
         if measured < FAR_SOONER * predicted {
+            self.start_over();
+        }
+    }
+
+    /// Back to [`FIRST_US`], writing only if it is not there already: every pick that
+    /// chooses a replica comes here, and one that takes traffic keeps its line unwritten.
+    fn start_over(&self) {
+        if self.interval_us() != FIRST_US {
             self.interval_us.store(FIRST_US, Ordering::Relaxed);
         }
     }
