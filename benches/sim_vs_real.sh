@@ -7,8 +7,9 @@
 # single     one real vLLM replica (scripts/real-vllm.sh, core 0, one API process) and one
 #            `laneway sim --profile vllm-cpu-tiny` (core 0), one after the other: TTFT by
 #            prompt size (128 to 8,192 tokens, one request at a time, salted) and TPOT by
-#            streams decoding at once (1, 4, 16), side by side with their ratio
-#            (benches/peers/single_requests.py). The profile should be within 15% of each.
+#            streams decoding at once (1, 4, 16), and the spread of one stream's token gaps,
+#            side by side with their ratio (benches/peers/single_requests.py). The profile
+#            should be within 15% of each.
 # workloads  benches/peers.sh's real-conv, real-prefix and real-mixed on two real replicas,
 #            then the same on two simulated ones (REAL_FLEET=sim REAL_SIM_PROFILE=vllm-cpu-tiny,
 #            one API process each), the same targets, seed and rounds; the two result files
@@ -69,6 +70,9 @@ for kind, unit, label in (("ttft_ms", "prompt tokens", "TTFT"), ("tpot_ms", "str
         other = sim[kind].get(key)
         ratio = f"{other / value:.2f}" if value and other else "-"
         print(f"| {label} at {key} {unit} | {value} ms | {other} ms | {ratio} |")
+value, other = real.get("itl_cv"), sim.get("itl_cv")
+ratio = f"{other / value:.2f}" if value and other else "-"
+print(f"| spread of one stream's token gaps (sd / mean) | {value} | {other} | {ratio} |")
 EOF
     cat "$OUT/single.md"
 }

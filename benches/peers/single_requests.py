@@ -4,7 +4,10 @@ prefix cache) and TPOT by the number of streams decoding at once. Standard libra
 
     single_requests.py --url http://127.0.0.1:8000 --name real [--model tiny] [--json FILE]
 
-Prints one JSON object: {"name", "ttft_ms": {tokens: median}, "tpot_ms": {streams: median}}.
+Prints one JSON object: {"name", "ttft_ms": {tokens: median}, "tpot_ms": {streams: median},
+"itl_cv"}: itl_cv is the spread (standard deviation over mean) of the gaps between one stream's
+tokens, alone on the replica, over three 128-token streams (a simulator profile's
+`engine.step_jitter`).
 Prompt sizes are reached by the replica's own count of a probe text's tokens (its usage). Every loop is bounded; every request has a timeout.
 """
 
@@ -43,8 +46,9 @@ def tokens_per_word(url: str, model: str) -> float:
         return json.load(response)["usage"]["prompt_tokens"] / (words + 1)
 
 
-def stream(url: str, model: str, prompt: str, max_tokens: int) -> tuple[float, float, int]:
-    """One streamed completion: (ttft_s, e2e_s, completion tokens)."""
+def stream(url: str, model: str, prompt: str, max_tokens: int) -> tuple[float, float, int, list]:
+    """One streamed completion: (ttft_s, e2e_s, completion tokens, gaps between its text
+    events in seconds)."""
     parsed = urllib.parse.urlsplit(url)
     connection = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=TIMEOUT_S)
     body = json.dumps({
@@ -57,18 +61,23 @@ def stream(url: str, model: str, prompt: str, max_tokens: int) -> tuple[float, f
     response = connection.getresponse()
     if response.status != 200:
         raise RuntimeError(f"status {response.status}: {response.read()[:200]!r}")
-    first, tokens = None, 0
+    first, last, tokens, gaps = None, None, 0, []
     for line in response:
         if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
             continue
         event = json.loads(line[6:])
-        if event.get("choices") and event["choices"][0].get("text") and first is None:
-            first = time.perf_counter()
+        if event.get("choices") and event["choices"][0].get("text"):
+            now = time.perf_counter()
+            if first is None:
+                first = now
+            else:
+                gaps.append(now - last)
+            last = now
         if event.get("usage"):
             tokens = event["usage"]["completion_tokens"]
     end = time.perf_counter()
     connection.close()
-    return (first or end) - start, end - start, tokens
+    return (first or end) - start, end - start, tokens, gaps
 
 
 def measure(url: str, model: str, name: str) -> dict:
@@ -87,7 +96,7 @@ def measure(url: str, model: str, name: str) -> dict:
 
         def one(index: int) -> None:
             prompt = text_of(int(128 / per_word), f"{name}-tpot-{count}-{index}-{time.time_ns()}")
-            first, e2e, tokens = stream(url, model, prompt, 128)
+            first, e2e, tokens, _ = stream(url, model, prompt, 128)
             with lock:
                 results.append((e2e - first) / max(tokens - 1, 1) * 1000)
 
@@ -97,7 +106,13 @@ def measure(url: str, model: str, name: str) -> dict:
         for thread in threads:
             thread.join(TIMEOUT_S)
         tpot[count] = round(statistics.median(results), 2) if results else None
-    return {"name": name, "tokens_per_word": round(per_word, 3), "ttft_ms": ttft, "tpot_ms": tpot}
+    gaps = []
+    for repeat in range(REPEATS):
+        prompt = text_of(int(128 / per_word), f"{name}-itl-{repeat}-{time.time_ns()}")
+        gaps += stream(url, model, prompt, 128)[3]
+    itl_cv = round(statistics.pstdev(gaps) / statistics.mean(gaps), 3) if len(gaps) > 1 else None
+    return {"name": name, "tokens_per_word": round(per_word, 3), "ttft_ms": ttft, "tpot_ms": tpot,
+            "itl_cv": itl_cv}
 
 
 def main() -> None:

@@ -109,9 +109,7 @@ impl ResponseWriter {
         model: String,
         seed: u64,
     ) -> Self {
-        let replica_hash = replica.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
-            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
-        });
+        let replica_hash = super::step_jitter::id_hash(replica);
         let prefix = match endpoint {
             Endpoint::Chat => "chatcmpl",
             Endpoint::Completions => "cmpl",

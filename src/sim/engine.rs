@@ -21,7 +21,8 @@
 //!          + attention_ns_per_token_pair / 1000 * sum over chunks of c * (p + c / 2)
 //!          + decode_us_per_seq * decoding_seqs )
 //! ```
-//! where a chunk of `c` tokens starts at prompt position `p`. A replica that spans nodes
+//! where a chunk of `c` tokens starts at prompt position `p`, times a random factor of mean
+//! 1 where the profile asks for one ([`super::step_jitter`]). A replica that spans nodes
 //! adds its cross-node link's cost, see [`super::topology`]. Steps follow each other in
 //! simulated time; the engine sleeps until each step's end on the scaled wall clock, and
 //! waits on its inbox (no CPU) when nothing runs. A step never starts before the requests
@@ -46,6 +47,7 @@ use super::kv_event_log::{KvEventLog, PromptEventBlocks};
 use super::kv_events::KvEventPublisher;
 use super::metrics::SimMetrics;
 use super::profile::EngineProfile;
+use super::step_jitter::StepJitter;
 use super::topology::SequenceWork;
 
 /// A request handed to the engine by an API worker.
@@ -122,6 +124,8 @@ pub struct Engine {
     pub stop: watch::Receiver<bool>,
     /// Where the prefix cache's changes are published (`None`: KV-cache events are off).
     pub kv_events: Option<KvEventPublisher>,
+    /// Each step's duration around its modelled cost (`engine.step_jitter`).
+    pub jitter: StepJitter,
 }
 
 impl Engine {
@@ -155,7 +159,7 @@ impl Engine {
             }
             let plan = self.plan_step(&mut running, &mut kv, events.as_mut());
             let factor = self.faults.borrow().step_factor();
-            let step_end = step_start.plus_us(plan.cost_us * factor);
+            let step_end = step_start.plus_us(plan.cost_us * factor * self.jitter.factor());
             let mut stop = self.stop.clone();
             tokio::select! {
                 _ = self.clock.sleep_until(step_end) => {}

@@ -33,6 +33,7 @@ pub mod routes;
 pub mod server;
 pub mod state;
 pub mod stats;
+pub mod step_jitter;
 pub mod stream;
 pub mod topology;
 

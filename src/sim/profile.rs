@@ -60,6 +60,12 @@ pub struct EngineProfile {
     pub attention_ns_per_token_pair: f64,
     /// Cost per decoding sequence in a step.
     pub decode_us_per_seq: f64,
+    /// The coefficient of variation of a step's duration around its modelled cost (0, the
+    /// default: every step exactly as modelled). Each step is multiplied by a log-normal
+    /// factor of mean 1, drawn per replica from `--seed` and the replica's id
+    /// ([`super::step_jitter`]).
+    #[serde(default)]
+    pub step_jitter: f64,
     /// vLLM's automatic prefix caching (on by default, as in vLLM; off is
     /// `--no-enable-prefix-caching`): cached prompt blocks skip prefill.
     #[serde(default = "default_enable_prefix_caching")]
@@ -189,6 +195,13 @@ impl Profile {
             if !value.is_finite() || value < 0.0 {
                 return Err(invalid(field, value, "must be a finite number >= 0"));
             }
+        }
+        if !(0.0..=1.0).contains(&engine.step_jitter) {
+            return Err(invalid(
+                "engine.step_jitter",
+                engine.step_jitter,
+                "must be between 0 and 1 (a coefficient of variation)",
+            ));
         }
         if engine.step_base_us <= 0.0 {
             return Err(invalid(

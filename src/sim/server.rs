@@ -26,6 +26,7 @@ use super::metrics::SimMetrics;
 use super::routes;
 use super::state::SimState;
 use super::stats::{RequestCounters, SimStats};
+use super::step_jitter::{StepJitter, replica_seed};
 
 /// Pause after a failed accept before trying again.
 const ACCEPT_RETRY: Duration = Duration::from_millis(10);
@@ -89,6 +90,10 @@ pub async fn spawn(config: SimConfig) -> Result<SimHandle, SimError> {
         load: engine_load,
         stop: stop_watch.clone(),
         kv_events,
+        jitter: StepJitter::new(
+            state.config.profile.engine.step_jitter,
+            replica_seed(state.config.seed, &state.config.id),
+        ),
     };
     tasks.push(tokio::spawn(engine.run()));
     tasks.push(tokio::spawn(accept_loop(state.clone(), listener, addr, stop_watch)));

@@ -10,6 +10,7 @@ use laneway::sim::engine::{Engine, EngineLoad, EngineRequest, TokenBatch};
 use laneway::sim::fault::FaultSwitch;
 use laneway::sim::metrics::SimMetrics;
 use laneway::sim::profile::EngineProfile;
+use laneway::sim::step_jitter::StepJitter;
 use tokio::sync::{mpsc, watch};
 
 fn tiny() -> EngineProfile {
@@ -23,10 +24,16 @@ struct Harness {
 }
 
 fn start(profile: EngineProfile) -> Harness {
+    start_seeded(profile, 0)
+}
+
+/// An engine whose step jitter (if its profile has one) draws from `seed`.
+fn start_seeded(profile: EngineProfile, seed: u64) -> Harness {
     let (inbox, receiver) = mpsc::unbounded_channel();
     let (stop, stop_watch) = watch::channel(false);
     let faults = FaultSwitch::default();
     let engine = Engine {
+        jitter: StepJitter::new(profile.step_jitter, seed),
         profile,
         clock: SimClock::new(1e6),
         inbox: receiver,
@@ -94,6 +101,28 @@ async fn requests_prefill_together_then_decode_in_the_same_steps() {
     let decode = profile.step_base_us + 2.0 * profile.decode_us_per_seq;
     assert!(close(first[0], prefill), "{first:?}");
     assert!(close(first[3] - first[0], 3.0 * decode), "{first:?}");
+}
+
+#[tokio::test]
+async fn jittered_steps_keep_their_mean_and_replicas_fed_alike_drift_apart() {
+    let mut profile = tiny();
+    profile.step_jitter = 0.3;
+    let decode = profile.step_base_us + profile.decode_us_per_seq;
+    let run = |seed: u64| {
+        let harness = start_seeded(profile.clone(), seed);
+        async move { token_times(submit(&harness, 100, 401)).await }
+    };
+    let (first, second, again) = (run(1).await, run(2).await, run(1).await);
+    assert_eq!(first, again, "a seed replays");
+    let gaps: Vec<f64> = first.windows(2).map(|w| w[1] - w[0]).collect();
+    let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+    let spread = (gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len() as f64).sqrt();
+    // 400 steps of one sequence decoding: their mean is the modelled step, their spread 30%.
+    assert!((mean / decode - 1.0).abs() < 0.05, "mean {mean} against {decode}");
+    assert!((spread / mean - 0.3).abs() < 0.06, "spread {spread} around {mean}");
+    // The same request on two replicas no longer ends at the same instant.
+    let (end_first, end_second) = (first[400], second[400]);
+    assert!((end_first - end_second).abs() > decode, "{end_first} and {end_second}");
 }
 
 #[tokio::test]

@@ -15,6 +15,7 @@ use laneway::sim::clock::SimClock;
 use laneway::sim::engine::{Engine, EngineLoad, EngineRequest, TokenBatch};
 use laneway::sim::fault::FaultSwitch;
 use laneway::sim::metrics::SimMetrics;
+use laneway::sim::step_jitter::StepJitter;
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// One finished request: TTFT (with the API's fixed share) and TPOT, in seconds.
@@ -60,6 +61,7 @@ async fn closed_loop(
         load: Arc::new(EngineLoad::default()),
         stop: stop_watch,
         kv_events: None,
+        jitter: StepJitter::new(profile.engine.step_jitter, 0),
     };
     tokio::spawn(engine.run());
 
