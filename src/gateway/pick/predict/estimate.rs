@@ -188,6 +188,18 @@ impl LatencyEstimate {
         self.engine_prefill_tokens.load(Ordering::Relaxed)
     }
 
+    /// The prefill a request placed now would wait behind: every prompt placed before it
+    /// that has not had its first token, in the engine or still in an API process (each
+    /// stage serves in arrival order, so those reach the engine first). What a prediction
+    /// reads; the model learns from [`Self::engine_prefill_tokens`] at each request's entry
+    /// into the engine, which is what this becomes by then. Read as the engine's part only,
+    /// a burst of prompts placed faster than the replica answered saw none of each other:
+    /// on a simulated pair, 15 of 16 conversations opened at once went to the replica whose
+    /// model looked 20% faster.
+    pub fn ahead_of_next(&self) -> u64 {
+        self.pending_prefill_tokens().max(self.engine_prefill_tokens())
+    }
+
     pub fn placements(&self) -> u64 {
         self.placements.load(Ordering::Relaxed)
     }

@@ -125,7 +125,7 @@ impl Margins {
 }
 
 /// What `replica`'s estimate predicts at `context.now` for one more request of this shape,
-/// behind the prefill its engine owes and beside the requests on it (every gateway's, as
+/// behind the prefill placed ahead of it and beside the requests on it (every gateway's, as
 /// its engine reports them: [`PickContext::requests_on`]).
 pub fn predicted_for(
     replica: &Replica,
@@ -134,8 +134,7 @@ pub fn predicted_for(
 ) -> Predicted {
     let in_flight = context.requests_on(replica) + 1;
     let estimate = &replica.latency;
-    let ahead = estimate.engine_prefill_tokens();
-    estimate.predict_at(context.now, ahead, request.prompt_tokens, in_flight)
+    estimate.predict_at(context.now, estimate.ahead_of_next(), request.prompt_tokens, in_flight)
 }
 
 /// Whether a headroom means both predictions are within `FIT_SHARE` of the SLO.

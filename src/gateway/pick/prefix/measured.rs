@@ -2,8 +2,9 @@
 //! judged with what the gateway measured on each replica rather than with configured
 //! speeds. A candidate's first token is predicted by its learned latency model (see
 //! `pick::predict`): the TTFT intercept for the requests it has in flight, plus its
-//! measured prefill slope over the prefill its engine owes and the part of this prompt it
-//! does not hold, scaled up while its waiting streams are late (`predict::overdue`). A
+//! measured prefill slope over the prefill placed ahead of this prompt
+//! ([`LatencyEstimate::ahead_of_next`](crate::gateway::pick::predict::LatencyEstimate::ahead_of_next))
+//! and the part of this prompt it does not hold, scaled up while its waiting streams are late (`predict::overdue`). A
 //! candidate predicted to miss the request's TPOT objective pays a whole
 //! TTFT objective on top: a hit is worth nothing on a replica whose decode is too slow.
 //!
@@ -100,7 +101,7 @@ impl MeasuredTtft<'_> {
         // Every gateway's requests count (the engine's report), as they do where the model
         // learns (`LatencyProbe`).
         let in_flight = context.requests_on(replica) + 1;
-        let ahead = estimate.engine_prefill_tokens();
+        let ahead = estimate.ahead_of_next();
         let predicted = estimate.predict_at(context.now, ahead, uncached_tokens, in_flight);
         let ttft = predicted.ttft + spreads * predicted.ttft_spread;
         let mut us = ttft * 1e6 + FAILURE_PENALTY_US * replica.load.failures() as f64;
@@ -214,8 +215,10 @@ mod tests {
             .collect();
         let factor = set[0].latency.late_factor(later.now);
         assert!(factor > 10.0, "{factor}");
+        // The factor scales the whole prediction, their own prefill (still ahead) included.
+        let owed_hit = estimate.ttft_us(&set[0], 100, &PickContext { now: context.now, ..later });
         let late_hit = hit(&estimate);
-        assert!((late_hit / on_time - factor).abs() < 1e-6, "{late_hit} against {on_time}");
+        assert!((late_hit / owed_hit - factor).abs() < 1e-6, "{late_hit} against {owed_hit}");
         assert!(late_hit > miss_elsewhere, "{late_hit} against {miss_elsewhere}");
         // Their first tokens (or their ends) take the evidence back.
         drop(late);

@@ -65,7 +65,7 @@ pub fn emit(
             s.recompute_us / 1e3,
             replica.load.in_flight(),
             reported,
-            replica.latency.engine_prefill_tokens(),
+            replica.latency.ahead_of_next(),
             replica.latency.late_factor(context.now),
             replica.latency.ttft_slope() * 1e6,
             replica.latency.samples().0,

@@ -433,4 +433,46 @@ mod tests {
         router.index.insert("r0", new_prompt.hittable());
         assert_eq!(pick(&new_prompt), 0);
     }
+
+    #[test]
+    fn prompts_placed_at_once_see_each_others_prefill_before_any_is_answered() {
+        // r1 measured 30% slower than r0.
+        let set = replicas(2);
+        teach(&set[0], 100.0, 5.0);
+        teach(&set[1], 130.0, 5.0);
+        let router = PrefixRouter::new(&PrefixConfig::default(), &Registry::new());
+        let config = PrefixConfig::default();
+        let policy = PrefixAware::measured(5);
+        let request = RequestShape { prompt_tokens: 1000, slo: EntrySlo::default() };
+        let now = context().now;
+        // Sixteen new 1,000-token prompts at once, each streamed and none answered yet.
+        let mut placed = Vec::new();
+        let mut per_replica = [0; 2];
+        for prompt in 0..16 {
+            let key = PromptKey {
+                hashes: (0..7)
+                    .map(|block| crate::prompt_tokens::mix(prompt * 10 + block))
+                    .collect(),
+                max_hit_blocks: 7,
+                prompt_tokens: 1000,
+                ..key()
+            };
+            let pick = PromptPick { key: &key, router: &router, config: &config };
+            let chosen = policy.pick_prompt(&set, &context_at(now), &pick, &request).unwrap();
+            per_replica[chosen] += 1;
+            set[chosen].load.in_flight.fetch_add(1, Ordering::Relaxed);
+            let replica = set[chosen].clone();
+            placed.push(LatencyProbe::begin(
+                replica,
+                1000,
+                &context_at(now),
+                EngineEntry::AtAnswer,
+            ));
+        }
+        // Each placed prompt is ahead of the next on its replica: r0 takes more, for its
+        // speed, not all.
+        assert!(per_replica[0] > per_replica[1] && per_replica[1] >= 5, "{per_replica:?}");
+        assert_eq!(set[0].latency.ahead_of_next(), 1000 * per_replica[0]);
+        assert_eq!(set[0].latency.engine_prefill_tokens(), 0);
+    }
 }
