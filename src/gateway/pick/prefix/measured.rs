@@ -2,11 +2,11 @@
 //! judged with what the gateway measured on each replica rather than with configured
 //! speeds. A candidate's first token is predicted by its learned latency model (see
 //! `pick::predict`): the TTFT intercept for the requests it has in flight, plus its
-//! measured prefill slope over the prefill placed ahead of this prompt
-//! ([`LatencyEstimate::ahead_of_next`](crate::gateway::pick::predict::LatencyEstimate::ahead_of_next))
-//! and the part of this prompt it does not hold, scaled up while its waiting streams are late (`predict::overdue`). A
-//! candidate predicted to miss the request's TPOT objective pays a whole
-//! TTFT objective on top: a hit is worth nothing on a replica whose decode is too slow.
+//! measured prefill slope over the prefill placed ahead of this prompt (`ahead_of_next`,
+//! whether its engine or an API process holds it) and the part of this prompt it does not
+//! hold, scaled up while its waiting streams are late (`predict::overdue`). A candidate
+//! predicted to miss the request's TPOT objective pays a whole TTFT objective on top: a hit
+//! is worth nothing on a replica whose decode is too slow.
 //!
 //! Until every candidate has been measured ([`MIN_PREFILL_SAMPLES`] first tokens each),
 //! the configured queue estimate ([`QueueTtft`]) judges them all: a comparison of one
