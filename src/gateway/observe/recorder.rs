@@ -198,9 +198,10 @@ impl Recorder {
             self.usage = self.json.usage();
         }
         if let Some(mut prefix) = self.prefix.take()
-            && let Some(details) = self.usage.and_then(|usage| usage.prompt_tokens_details)
+            && let Some(usage) = self.usage
+            && let Some(details) = usage.prompt_tokens_details
         {
-            prefix.report(details.cached_tokens);
+            prefix.report(details.cached_tokens, usage.prompt_tokens);
         }
         let completion_tokens = self.usage.map_or(self.token_events, |u| u.completion_tokens);
         let prompt_tokens = self.usage.map_or(self.ctx.prompt_tokens, |u| u.prompt_tokens);

@@ -12,6 +12,7 @@ use rustls_pki_types::ServerName;
 
 use super::freed::FreedProcesses;
 use super::predict::LatencyEstimate;
+use super::prefix::cache_granularity::CacheGranularity;
 use super::replica_health::ReplicaHealth;
 use crate::gateway::config::{Placement, ReplicaConfig};
 use crate::gateway::kv_events::engine_cache::EngineCache;
@@ -49,6 +50,8 @@ pub struct Replica {
     pub served_models: ArcSwap<Vec<String>>,
     /// The blocks its engine holds, as its KV events say (`[kv_events]`).
     pub engine_cache: EngineCache,
+    /// The unit its engine caches prompts in, as its `cached_tokens` reports teach it.
+    pub cache_granularity: CacheGranularity,
 }
 
 impl Replica {
@@ -69,6 +72,7 @@ impl Replica {
             health: ReplicaHealth::default(),
             served_models: ArcSwap::from_pointee(Vec::new()),
             engine_cache: EngineCache::default(),
+            cache_granularity: CacheGranularity::default(),
         }
     }
 

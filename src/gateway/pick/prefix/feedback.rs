@@ -3,10 +3,18 @@
 //! `usage.prompt_tokens_details.cached_tokens` says what it really held.
 //!
 //! Both figures are counted (`laneway_prefix_tokens_total{source}`), over the same
-//! requests. A report short of the prediction means the replica evicted block `reported`
-//! of the prompt; it evicts least recently used first, so every entry the index holds for
-//! that replica that was last used before that block is taken as gone and dropped. The
-//! missed blocks themselves stay: the request just computed them again.
+//! requests. A report short of the prediction means the replica evicted the block of the
+//! prompt where its report ends; it evicts least recently used first, so every entry the
+//! index holds for that replica that was last used before that block is taken as gone and
+//! dropped. The missed blocks themselves stay: the request just computed them again.
+//!
+//! The report is in the engine's tokens, the prediction in the index's. So the report is
+//! scaled by the prompt's two lengths (the engine's `usage.prompt_tokens` against the
+//! index's count), and it is short only when it misses by more than what the engine may
+//! round away: one of its caching units ([`super::cache_granularity`]) and
+//! [`COUNT_SLACK`] of the prediction for where two tokenizations place a boundary. An
+//! engine of 128-token blocks reports a 2,416-token prompt prefix as 2,304 cached; read as
+//! an eviction, every such hit dropped the other prompts' entries on that replica.
 //!
 //! A miss is not always an eviction: a block placed by a request still prefilling when
 //! this one arrived was not computed yet. So only a block the index no longer marked
@@ -15,6 +23,10 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+
+/// The share of a prediction a report may miss by, beyond one caching unit, and not be an
+/// eviction: two tokenizations of one text place a boundary a few tokens apart.
+pub const COUNT_SLACK: f64 = 1.0 / 16.0;
 
 use super::PrefixRouter;
 use super::index::Placed;
@@ -27,6 +39,8 @@ pub struct Prediction {
     /// The block hashes this request computes (the index had none of them there).
     pub created: Vec<u64>,
     pub block_size: u64,
+    /// The prompt's length as the index counts it.
+    pub prompt_tokens: u64,
     /// Tokens added to the replica's owed prefill, released at the first token.
     pub owed: u64,
 }
@@ -38,6 +52,7 @@ pub struct PrefixFeedback {
     placed: Placed,
     created: Vec<u64>,
     block_size: u64,
+    prompt_tokens: u64,
     owed: u64,
     prefill_pending: bool,
 }
@@ -48,8 +63,17 @@ impl PrefixFeedback {
         replica: Arc<Replica>,
         prediction: Prediction,
     ) -> Self {
-        let Prediction { placed, created, block_size, owed } = prediction;
-        Self { router, replica, placed, created, block_size, owed, prefill_pending: true }
+        let Prediction { placed, created, block_size, prompt_tokens, owed } = prediction;
+        Self {
+            router,
+            replica,
+            placed,
+            created,
+            block_size,
+            prompt_tokens,
+            owed,
+            prefill_pending: true,
+        }
     }
 
     /// Tokens the index predicted as cached.
@@ -67,13 +91,26 @@ impl PrefixFeedback {
         self.router.index.computed(&self.replica.name, &std::mem::take(&mut self.created));
     }
 
-    /// The replica reported `cached_tokens` for this request.
-    pub fn report(&mut self, cached_tokens: u64) {
+    /// The replica reported `cached_tokens` of the `engine_prompt_tokens` it counted in
+    /// this request's prompt.
+    pub fn report(&mut self, cached_tokens: u64, engine_prompt_tokens: u64) {
         self.prefill_done();
         let tokens = &self.router.metrics.tokens;
-        tokens.with_label_values(&["predicted"]).inc_by(self.predicted_tokens());
+        let predicted = self.predicted_tokens();
+        tokens.with_label_values(&["predicted"]).inc_by(predicted);
         tokens.with_label_values(&["reported"]).inc_by(cached_tokens);
-        let reported_blocks = (cached_tokens / self.block_size.max(1)) as usize;
+        let unit = self.replica.cache_granularity.observe(cached_tokens);
+        // The engine's tokens as the index counts them.
+        let scale = match engine_prompt_tokens {
+            0 => 1.0,
+            engine => self.prompt_tokens as f64 / engine as f64,
+        };
+        let reported = cached_tokens as f64 * scale;
+        let slack = unit as f64 * scale + COUNT_SLACK * predicted as f64;
+        if reported + slack >= predicted as f64 {
+            return;
+        }
+        let reported_blocks = (reported / self.block_size.max(1) as f64) as usize;
         if let Some(evicted) = self.placed.previous.get(reported_blocks)
             && !evicted.computing
         {

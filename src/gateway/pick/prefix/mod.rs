@@ -7,6 +7,7 @@
 //! updated, prediction kept) -> [`PrefixFeedback`] (the replica's report, at the end).
 
 pub mod affinity;
+pub mod cache_granularity;
 pub mod cost;
 pub mod engine_held;
 pub mod engine_tokens;
@@ -303,7 +304,13 @@ impl PrefixRouter {
         let cached = engine_held::cached_blocks(replica, key, &placed) as u64 * key.block_size;
         let owed = key.prompt_tokens.saturating_sub(cached);
         replica.load.prefill_owed_tokens.fetch_add(owed, Ordering::Relaxed);
-        let prediction = Prediction { placed, created, block_size: key.block_size, owed };
+        let prediction = Prediction {
+            placed,
+            created,
+            block_size: key.block_size,
+            prompt_tokens: key.prompt_tokens,
+            owed,
+        };
         PrefixFeedback::new(self.clone(), replica.clone(), prediction)
     }
 

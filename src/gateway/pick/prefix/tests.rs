@@ -212,13 +212,13 @@ fn a_reported_miss_drops_the_entries_older_than_the_evicted_block() {
     let old = key(1, 320, 0, 16, &headers);
     let hot = key(2, 320, 0, 16, &headers);
     let recent = key(3, 320, 0, 16, &headers);
-    router.place(&set[0], &old).report(0);
+    router.place(&set[0], &old).report(0, old.prompt_tokens);
     assert_eq!(router.predicted_and_reported(), (0, 0));
     // A request of the hot prompt placed while the first one is still prefilling it: its
     // miss is no eviction, and nothing is dropped.
     let prefilling = router.place(&set[0], &hot);
     let entries = router.index.entries();
-    router.place(&set[0], &hot).report(0);
+    router.place(&set[0], &hot).report(0, hot.prompt_tokens);
     assert_eq!(router.index.entries(), entries);
     drop(prefilling);
     router.place(&set[0], &hot).prefill_done();
@@ -229,7 +229,7 @@ fn a_reported_miss_drops_the_entries_older_than_the_evicted_block() {
     // hittable blocks; the replica reports it evicted them from block 5 on.
     let mut again = router.place(&set[0], &hot);
     assert_eq!(again.predicted_tokens(), counted);
-    again.report(5 * 16);
+    again.report(5 * 16, hot.prompt_tokens);
     assert_eq!(router.predicted_and_reported(), (2 * counted, 80));
     let matched = |k: &PromptKey| router.index.matched(&["r0"], k.hittable())[0];
     assert_eq!(matched(&old), 0, "older than the evicted block: dropped");
@@ -237,8 +237,48 @@ fn a_reported_miss_drops_the_entries_older_than_the_evicted_block() {
     assert_eq!(matched(&hot), hot.max_hit_blocks, "just computed again: kept");
     // A report that matches the prediction changes nothing.
     let entries = router.index.entries();
-    router.place(&set[0], &recent).report(recent.max_hit_blocks as u64 * 16);
+    router.place(&set[0], &recent).report(recent.max_hit_blocks as u64 * 16, recent.prompt_tokens);
     assert_eq!(router.index.entries(), entries);
+}
+
+/// An engine caches whole blocks of its own (128 tokens on vLLM's CPU backend) and never
+/// the prompt's last token, so a full hit reports up to a block less than the index's
+/// 16-token blocks predict. That is no eviction: read as one, each hit dropped the other
+/// prompts' entries on the replica, and shared prefixes were computed on every replica.
+/// The engine's tokens are also not the index's: a report is read at the prompt's scale.
+#[test]
+fn a_hit_rounded_down_to_the_engines_block_or_counted_in_its_tokens_is_no_eviction() {
+    let set = replicas(1);
+    let router = Arc::new(PrefixRouter::new(&PrefixConfig::default(), &Registry::new()));
+    let headers = HeaderMap::new();
+    let groups: Vec<PromptKey> = (0..4).map(|g| key(10 + g, 2400, g, 100, &headers)).collect();
+    for group in &groups {
+        router.place(&set[0], group).report(0, group.prompt_tokens);
+    }
+    let engine_block = 128;
+    let matched = |k: &PromptKey| router.index.matched(&["r0"], k.hittable())[0];
+    let held: Vec<usize> = groups.iter().map(matched).collect();
+    for (round, seed) in (100..106).enumerate() {
+        for g in 0..groups.len() {
+            let question = key(10 + g as u64, 2400, seed, 100, &headers);
+            let mut feedback = router.place(&set[0], &question);
+            let predicted = feedback.predicted_tokens();
+            assert!(predicted >= 2400 - 16, "the context is expected held: {predicted}");
+            let rounded = predicted / engine_block * engine_block;
+            // Alternate rounds count the prompt a fifth shorter in the engine's tokens.
+            let engine_scale = if round % 2 == 0 { 1.0 } else { 0.8 };
+            let engine = |tokens: u64| (tokens as f64 * engine_scale) as u64;
+            feedback.report(engine(rounded), engine(question.prompt_tokens));
+        }
+    }
+    for (g, group) in groups.iter().enumerate() {
+        assert!(matched(group) >= held[g], "group {g} kept");
+    }
+    assert_eq!(router.metrics.corrected.get(), 0);
+    // A report a whole context short of it still is one.
+    let question = key(10, 2400, 200, 100, &headers);
+    router.place(&set[0], &question).report(engine_block, question.prompt_tokens);
+    assert!(router.metrics.corrected.get() > 0);
 }
 
 #[test]
