@@ -388,7 +388,14 @@ impl LatencyProbe {
         let engine_others = reported.map_or(0, |r| r.running + r.waiting);
         let others = own_others.max(engine_others);
         let others_unseen = engine_others > own_others;
-        let ahead = estimate.engine_prefill_tokens();
+        // What its pick read ([`LatencyEstimate::ahead_of_next`]; its own tokens are
+        // pending already). Read as the engine's part only, the last prompts of a burst
+        // were predicted one prefill each, and a replica serving the burst at its modelled
+        // pace looked several times late.
+        let ahead = estimate
+            .pending_prefill_tokens()
+            .saturating_sub(prompt_tokens)
+            .max(estimate.engine_prefill_tokens());
         let predicted_ttft = estimate.predict(ahead, prompt_tokens, others + 1).ttft;
         // Against the model's own prediction, not a scaled one: a late replica's new
         // requests would otherwise excuse the lateness of those before them.

@@ -119,6 +119,31 @@ fn a_streamed_prompt_is_ahead_in_the_engine_from_its_answer_to_its_first_token()
     assert_eq!((estimate.pending_prefill_tokens(), estimate.engine_prefill_tokens()), (0, 0));
 }
 
+/// Twelve streamed prompts placed at once, answered one after another at the pace the model
+/// learned: the replica is never late. Each is judged against the prefill placed ahead of
+/// it; judged against its own prefill alone, the last ones read 3.5 times late.
+#[test]
+fn a_burst_answered_at_the_modelled_pace_is_not_late() {
+    let replica = replicas(1).remove(0);
+    let speed = Speed { slow: 1.0 };
+    for prompt in [1000, 9000].repeat(30) {
+        serve(&replica, prompt, speed);
+    }
+    let start = Instant::now();
+    let mut burst: Vec<LatencyProbe> = (0..12)
+        .map(|_| {
+            LatencyProbe::begin(replica.clone(), 2000, &context_at(start), EngineEntry::AtAnswer)
+        })
+        .collect();
+    let mut latest = 1.0_f64;
+    for (k, probe) in burst.iter_mut().enumerate() {
+        let first_token = start + speed.ttft(2000 * (k as u64 + 1));
+        latest = latest.max(replica.latency.late_factor(first_token));
+        probe.first_token(first_token);
+    }
+    assert_eq!(latest, 1.0);
+}
+
 /// The TTFT slope a replica learns when its engine takes `50 us` a prompt token (plus 60 ms)
 /// and a prompt of 9000 or 1000 tokens sits unanswered in an API process meanwhile (not
 /// ahead of anybody in the engine), placed with `entry`.
