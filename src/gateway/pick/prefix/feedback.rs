@@ -24,13 +24,13 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-/// The share of a prediction a report may miss by, beyond one caching unit, and not be an
-/// eviction: two tokenizations of one text place a boundary a few tokens apart.
-pub const COUNT_SLACK: f64 = 1.0 / 16.0;
-
 use super::PrefixRouter;
 use super::index::Placed;
 use crate::gateway::pick::replica::Replica;
+
+/// The share of a prediction a report may miss by, beyond one caching unit, and not be an
+/// eviction: two tokenizations of one text place a boundary a few tokens apart.
+pub const COUNT_SLACK: f64 = 1.0 / 16.0;
 
 /// What a placement expects of its replica.
 pub struct Prediction {
