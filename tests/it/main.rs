@@ -30,6 +30,7 @@ mod gateway_hedge;
 mod gateway_http1;
 mod gateway_kv_events;
 mod gateway_prefix;
+mod gateway_prefix_rounding;
 mod gateway_prefix_shared;
 mod gateway_replica_names;
 mod gateway_routing;

@@ -51,6 +51,9 @@ fn describe(state: &GatewayState, replica: &Replica, now: Instant) -> Value {
         // Each KV-event source followed: its account's verdict (`known`: placement uses it),
         // blocks held and the next batch expected.
         "kv_events": replica.engine_cache.report(),
+        // The unit its engine caches prompts in, learned from its `cached_tokens` reports
+        // (null until one reported a hit): a report up to one unit short is no eviction.
+        "cache_unit_tokens": Some(replica.cache_granularity.tokens()).filter(|&unit| unit > 0),
     })
 }
 
