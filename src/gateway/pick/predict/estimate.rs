@@ -381,6 +381,10 @@ impl LatencyProbe {
         estimate.placements.fetch_add(1, Ordering::Relaxed);
         let size = envelope::bucket(prompt_tokens as f64);
         estimate.last_placed_by_size[size].store(clock::micros_at(now), Ordering::Relaxed);
+        // What its pick read, before its own tokens join the pending ones. Read as the
+        // engine's part only, the last prompts of a burst were predicted one prefill each,
+        // and a replica serving the burst at its modelled pace looked several times late.
+        let ahead = estimate.ahead_of_next();
         estimate.pending_prefill_tokens.fetch_add(prompt_tokens, Ordering::Relaxed);
         // The request's own in-flight guard is already held; the engine has not seen it.
         let own_others = replica.load.in_flight().saturating_sub(1);
@@ -388,14 +392,6 @@ impl LatencyProbe {
         let engine_others = reported.map_or(0, |r| r.running + r.waiting);
         let others = own_others.max(engine_others);
         let others_unseen = engine_others > own_others;
-        // What its pick read ([`LatencyEstimate::ahead_of_next`]; its own tokens are
-        // pending already). Read as the engine's part only, the last prompts of a burst
-        // were predicted one prefill each, and a replica serving the burst at its modelled
-        // pace looked several times late.
-        let ahead = estimate
-            .pending_prefill_tokens()
-            .saturating_sub(prompt_tokens)
-            .max(estimate.engine_prefill_tokens());
         let predicted_ttft = estimate.predict(ahead, prompt_tokens, others + 1).ttft;
         // Against the model's own prediction, not a scaled one: a late replica's new
         // requests would otherwise excuse the lateness of those before them.
