@@ -1,7 +1,7 @@
 //! Placements shared between gateways through a real Redis (`[limits] store` with
 //! `prefix.share_sessions` and `prefix.share_prefixes`): a session one gateway moved off its
 //! home is followed to where it went by another gateway at its next turn, where a gateway
-//! without the store sends it home; a prefix one gateway placed is placed on the same
+//! without the store sends it home, and so is a conversation that names no session; a prefix one gateway placed is placed on the same
 //! replica by another, which hits its cache; and a store that does not answer costs
 //! requests nothing but the sharing. Each test runs its own `redis-server` on a free
 //! loopback port; without the binary the tests say so and pass.
@@ -100,6 +100,42 @@ async fn a_session_moved_by_one_gateway_is_followed_by_another_at_its_next_turn(
     assert!(keys.contains(&format!("it-sessions:session:{}", session_key(session))), "{keys:?}");
 
     for gateway in [first, second, alone] {
+        gateway.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn a_sessionless_conversation_moved_by_one_gateway_is_followed_by_another() {
+    let test = "a_sessionless_conversation_moved_by_one_gateway_is_followed_by_another";
+    let Some(redis) = RedisServer::start(test).await else { return };
+    let sims = start_sims(4, 1).await;
+    // Sessions shared, prefixes not: only the conversation's placement can lead the second
+    // gateway.
+    let sessions_only = || {
+        let mut config = sharing_config(&sims, redis.url());
+        config.prefix.share_prefixes = false;
+        config
+    };
+    let (first, second) =
+        (start_gateway(sessions_only()).await, start_gateway(sessions_only()).await);
+    let send_turn = |gateway, turn| async move { send(gateway, &turn_body(turn), None).await.0 };
+
+    let opened_on = send_turn(&first, 1).await;
+    first.state().picker.by_name(&opened_on).unwrap().set_draining(true);
+    let moved = send_turn(&first, 2).await;
+    assert_ne!(moved, opened_on);
+    first.state().picker.by_name(&opened_on).unwrap().set_draining(false);
+    wait_until("the second turn written to the store", || {
+        store_calls(&first, "remember_session", "stored") >= 1.0
+    })
+    .await;
+    assert_eq!(store_calls(&first, "remember_session", "stored"), 1.0, "a first turn is not");
+
+    assert_eq!(send_turn(&second, 3).await, moved, "followed to where its history is");
+    assert_eq!(store_calls(&second, "recall_session", "found"), 1.0);
+    assert_eq!(send_turn(&second, 4).await, moved);
+    assert_eq!(store_calls(&second, "recall_session", "found"), 1.0, "remembered since");
+    for gateway in [first, second] {
         gateway.shutdown().await;
     }
 }

@@ -52,6 +52,12 @@ impl LoadBound {
             Self::Even => (total + 1).div_ceil(candidates) as f64,
         }
     }
+
+    /// Whether a replica with `in_flight` requests is within the bound, given the
+    /// candidates' `total`.
+    pub fn admits(self, in_flight: u64, total: u64, candidates: usize) -> bool {
+        (in_flight as f64) < self.limit(total, candidates)
+    }
 }
 
 /// Where `session` may go among `candidates`; `None` if there are none.
@@ -62,14 +68,13 @@ pub fn session_places(
     load: LoadBound,
 ) -> Option<SessionPlaces> {
     let total: u64 = candidates.iter().map(|&i| replicas[i].load.in_flight()).sum();
-    let bound = load.limit(total, candidates.len());
     let mut ranked: Vec<(u64, usize)> =
         candidates.iter().map(|&i| (weight(session, replicas[i].name_hash), i)).collect();
     ranked.sort_unstable_by(|a, b| b.cmp(a));
     let home = ranked.first()?.1;
     let bounded = ranked
         .iter()
-        .find(|(_, i)| (replicas[*i].load.in_flight() as f64) < bound)
+        .find(|(_, i)| load.admits(replicas[*i].load.in_flight(), total, candidates.len()))
         .map_or(home, |(_, i)| *i);
     Some(SessionPlaces { home, bounded })
 }

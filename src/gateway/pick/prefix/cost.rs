@@ -37,7 +37,7 @@ pub fn fastest(
     let uncached = |blocks: usize| key.prompt_tokens.saturating_sub(blocks as u64 * key.block_size);
     let most = held.iter().map(|h| h.blocks).max()?;
     let best_all_computing = held.iter().filter(|h| h.blocks == most).all(|h| h.computing);
-    let a_copy_pays = key.session.is_none() && !best_all_computing;
+    let a_copy_pays = !choice.conversation && !best_all_computing;
     let least_uncached = uncached(most);
     // Microseconds charged per token a candidate would prefill beyond the best-cached one.
     let extra_us_per_token = |replica: &Replica| {
@@ -136,6 +136,9 @@ pub struct Choice<'a> {
     /// When costs count as equal, and how equals are told apart.
     pub tie: Tie,
     pub ties: &'a Draws,
+    /// The prompt continues a conversation ([`super::conversation`]): moving it throws its
+    /// copy away, and recomputing is charged flat (`recompute_us_per_token`).
+    pub conversation: bool,
 }
 
 #[cfg(test)]
@@ -178,6 +181,7 @@ mod tests {
             prompt_tokens: 3000,
             block_size: 128,
             session: None,
+            conversation: None,
             opens_conversation: false,
             messages: None,
         };
@@ -195,6 +199,7 @@ mod tests {
             copy_us_per_token_per_stream: 100.0,
             tie: MEASURED_TIE,
             ties: &ties,
+            conversation: false,
         };
         // An idle r1: a copy there (0.3 s) beats the hit behind 20,000 tokens (2 s).
         assert_eq!(fastest(&set, &[0, 1], &held, &choice, &context()), Some(1));
@@ -209,8 +214,7 @@ mod tests {
         assert_eq!(fastest(&set, &[0, 1], &held, &choice, &at), Some(0));
         // A move that does not pay (a session's conversation) pays the flat recompute
         // charge whatever r1 runs: 0.3 + 0.29 s, still under the 2 s hit.
-        let session = PromptKey { session: Some(7), ..key.clone() };
-        let choice = Choice { key: &session, ..choice };
+        let choice = Choice { conversation: true, ..choice };
         assert_eq!(fastest(&set, &[0, 1], &held, &choice, &context()), Some(1));
     }
 }

@@ -99,6 +99,7 @@ mod tests {
             prompt_tokens: tokens.len() as u64,
             block_size: BLOCK as u64,
             session: None,
+            conversation: None,
             opens_conversation: false,
             messages: None,
         }

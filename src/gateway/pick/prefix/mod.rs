@@ -8,6 +8,7 @@
 
 pub mod affinity;
 pub mod cache_granularity;
+pub mod conversation;
 pub mod cost;
 pub mod engine_held;
 pub mod engine_tokens;
@@ -60,6 +61,9 @@ pub struct PromptKey {
     pub block_size: u64,
     /// A hash of the session header's value, else of OpenAI's `user` field.
     pub session: Option<u64>,
+    /// Without a session, a chat prompt's opening ([`conversation::opening_hash`]): the
+    /// same in every turn of a conversation.
+    pub conversation: Option<u64>,
     /// A chat prompt with no assistant message: a conversation's first turn, with nothing
     /// of its own cached anywhere yet, so placing it by load alone costs no hit.
     pub opens_conversation: bool,
@@ -94,6 +98,10 @@ impl PromptKey {
         let opens_conversation =
             chat.is_some_and(|messages| messages.iter().all(|m| m.role != "assistant"));
         let messages = chat.map(|messages| messages.len() as u64);
+        let conversation = match session {
+            Some(_) => None,
+            None => chat.and_then(|messages| conversation::opening_hash(messages)),
+        };
         Self {
             hashes,
             engine_hashes,
@@ -101,6 +109,7 @@ impl PromptKey {
             prompt_tokens,
             block_size,
             session,
+            conversation,
             opens_conversation,
             messages,
         }
@@ -150,7 +159,10 @@ impl Shared {
     /// Writes that a request with `key` went to `replica`, which was expected to hold
     /// `known` of its blocks: the session's turn, and the prefixes it computes anew.
     fn remember(&self, replica: &Replica, key: &PromptKey, known: usize) {
-        if let (true, Some(session)) = (self.sessions, key.session) {
+        // A sessionless conversation's placements are written from its second turn on:
+        // every single-shot chat request opens one, and few are continued.
+        let continued = key.conversation.filter(|_| !key.opens_conversation);
+        if let (true, Some(session)) = (self.sessions, key.session.or(continued)) {
             let blocks = key.hashes.len() as u64;
             let placement =
                 SharedPlacement { messages: key.messages, blocks, replica: replica.name.clone() };
@@ -239,13 +251,13 @@ impl PrefixRouter {
         }
     }
 
-    /// For a turn of a session this gateway does not remember: where the session's last
-    /// turn went. When this request is that turn again or the next, it becomes this
+    /// For a turn of a session (or a sessionless conversation) this gateway does not
+    /// remember: where the session's last turn went. When this request is that turn again or the next, it becomes this
     /// gateway's own memory: the session goes where it was, and the index expects the
     /// blocks of that turn's prompt there (this prompt starts with them). A replica that
     /// evicted them reports it, and the index corrects itself.
     async fn recall_session(&self, store: &PlacementStore, key: &PromptKey) {
-        let Some(session) = key.session else { return };
+        let Some(session) = key.session.or(key.conversation) else { return };
         if key.opens_conversation || self.sessions.recall(session, key.messages).is_some() {
             return;
         }
@@ -290,8 +302,8 @@ impl PrefixRouter {
     /// A request with `key` was placed on `replica`: the index now expects its blocks
     /// there; the returned feedback holds the prediction until the replica reports.
     pub fn place(self: &Arc<Self>, replica: &Arc<Replica>, key: &PromptKey) -> PrefixFeedback {
-        if let Some(session) = key.session {
-            self.sessions.remember(session, replica.name_hash, key.messages);
+        if let Some(conversation) = key.session.or(key.conversation) {
+            self.sessions.remember(conversation, replica.name_hash, key.messages);
         }
         let mut placed = self.index.insert(&replica.name, &key.hashes);
         if let Some(shared) = &self.shared {

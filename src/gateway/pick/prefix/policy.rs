@@ -8,13 +8,14 @@
 //!
 //! Every candidate's TTFT is estimated with its own expected cache hit (the uncached tail
 //! is what it must prefill) and the fastest wins; among equals, the longest hit, then
-//! chance. With a session: its rendezvous replica (its home) while that is not overloaded
-//! and the session was last placed there (or is new); otherwise the same estimate decides
-//! between the home, the replica bounded load would send it to and the one it was last
-//! placed on. So a conversation cached at home moves only when a miss
-//! elsewhere is faster, and one that moved stays where its cache went while that is the
-//! faster (moving on load alone threw the cache away, and the next turn, back home,
-//! missed the moved turn).
+//! chance. A conversation's turn ([`conversation`]: a named session's, or a sessionless
+//! chat's next turn) goes home (the session's rendezvous replica, or where the previous turn
+//! went) while home is not overloaded and, for a session, it was last placed there (or is
+//! new); otherwise the same estimate decides between home, the replica bounded load would
+//! send it to and the one it was last placed on. So a conversation cached at home moves
+//! only when a miss elsewhere is faster, and one that moved stays where its cache went
+//! while that is the faster (moving on load alone threw the cache away, and the next turn,
+//! back home, missed the moved turn).
 //!
 //! That is the rule "take the longest cached prefix unless its predicted TTFT is worse than
 //! the least-loaded replica's by more than the prefill the cache saves", written as one
@@ -25,7 +26,7 @@
 
 use std::sync::Arc;
 
-use super::affinity::{LoadBound, session_places};
+use super::conversation::{self, Contenders};
 use super::cost::{Choice, MEASURED_TIE, Tie, fastest};
 use super::engine_held::with_engine_caches;
 use super::index::Held;
@@ -38,12 +39,6 @@ use crate::gateway::pick::draw::Draws;
 use crate::gateway::pick::least_queue::{self, LeastQueue};
 use crate::gateway::pick::policy::{PickContext, Policy, RequestShape};
 use crate::gateway::pick::replica::Replica;
-
-/// How many times sooner than a session's home another replica must answer alone to
-/// contend with it ([`faster_than_home`]): well past the spread of learned speeds among
-/// equal replicas (measured 80-100 us a token on one real engine), well under a slower
-/// model's (eight times).
-const FASTER_ALONE: f64 = 1.5;
 
 #[derive(Debug)]
 pub struct PrefixAware {
@@ -114,41 +109,23 @@ impl Policy for PrefixAware {
         } else {
             MeasuredTtft::Configured(configured)
         };
-        let (candidates, held) = match prompt.key.session {
+        let followed = conversation::followed(replicas, &all, &held_by_all, prompt);
+        let (candidates, held) = match followed {
             None => (all, held_by_all),
-            Some(session) => {
-                // Its home, the replica bounded load sends it to, for the turn after the one
-                // this gateway placed where that went, and a replica far faster than its
-                // home: alone when they agree, else the fastest of them, cache and all.
-                let load = if prompt.key.opens_conversation {
-                    LoadBound::Even
-                } else {
-                    LoadBound::Loose { factor: prompt.config.session_load_factor }
-                };
-                let places = session_places(replicas, &all, session, load)?;
-                let last =
-                    prompt.router.sessions.recall(session, prompt.key.messages).and_then(|name| {
-                        all.iter().copied().find(|&c| replicas[c].name_hash == name)
-                    });
-                let held_of =
-                    |i: usize| held_by_all[all.iter().position(|&a| a == i).unwrap_or_default()];
-                // Each candidate alone, as if it held what home holds: speed alone.
-                let uncached_at_home = prompt
-                    .key
-                    .prompt_tokens
-                    .saturating_sub(held_of(places.home).blocks as u64 * prompt.key.block_size);
-                let alone_us =
-                    |i: usize| estimate.alone_us(&replicas[i], uncached_at_home, context.now);
-                let faster = faster_than_home(&all, places.home, alone_us);
-                let mut contenders: Vec<usize> =
-                    [places.home, places.bounded].into_iter().chain(last).chain(faster).collect();
-                contenders.sort_unstable();
-                contenders.dedup();
-                if contenders.len() == 1 {
-                    return Some(self.chosen(replicas, places.home));
+            Some(followed) => {
+                let places = conversation::contenders(
+                    replicas,
+                    &all,
+                    &held_by_all,
+                    followed,
+                    prompt,
+                    &estimate,
+                    context.now,
+                )?;
+                match places {
+                    Contenders::Alone(home) => return Some(self.chosen(replicas, home)),
+                    Contenders::Several { candidates, held } => (candidates, held),
                 }
-                let held = contenders.iter().map(|&c| held_of(c)).collect();
-                (contenders, held)
             }
         };
         if self.measured
@@ -173,9 +150,8 @@ impl Policy for PrefixAware {
         // as the others, mostly none), judged by the first token it risks rather than the
         // one it can expect.
         let risked = OneSpreadAbove(&estimate);
-        let indifferent = self.measured
-            && prompt.key.session.is_none()
-            && held.iter().all(|h| h.blocks == held[0].blocks);
+        let indifferent =
+            self.measured && followed.is_none() && held.iter().all(|h| h.blocks == held[0].blocks);
         let chosen = Choice {
             key: prompt.key,
             estimate: if indifferent { &risked } else { &estimate },
@@ -185,31 +161,10 @@ impl Policy for PrefixAware {
             copy_us_per_token_per_stream: if self.measured { prefill_us_per_token } else { 0.0 },
             tie: if self.measured { MEASURED_TIE } else { Tie::Exact },
             ties: &self.ties,
+            conversation: followed.is_some(),
         };
         fastest(replicas, &candidates, &held, &chosen, context).map(|i| self.chosen(replicas, i))
     }
-}
-
-/// The candidate that alone (`alone_us`: nothing else on it, each as if it held what the
-/// session's `home` holds) answers [`FASTER_ALONE`] times sooner than home alone: the
-/// fastest, if one does. It then contends with home, cache, load and all ([`fastest`]).
-/// Without it, a conversation whose home, bounded load and last placement agreed stayed
-/// home however slow home was: on a real fleet whose second replica prefilled eight times
-/// slower, half the conversations lived there, since bounded load counts requests, not
-/// their speed. Load does not count here (bounded load and [`fastest`] weigh it): compared
-/// loaded, replicas of equal speed took turns being faster by more than the tie in a closed
-/// loop of conversations, which moved and lost 2 points of hit ratio.
-fn faster_than_home(
-    candidates: &[usize],
-    home: usize,
-    alone_us: impl Fn(usize) -> Option<f64>,
-) -> Option<usize> {
-    let home_us = alone_us(home)?;
-    let (best_us, best) = candidates
-        .iter()
-        .filter_map(|&i| Some((alone_us(i)?, i)))
-        .min_by(|a, b| a.0.total_cmp(&b.0))?;
-    (best != home && best_us * FASTER_ALONE < home_us).then_some(best)
 }
 
 /// The candidate to measure again, if any: one that holds as much of the prompt as the
@@ -280,6 +235,7 @@ mod tests {
             prompt_tokens: 600,
             block_size: 128,
             session: None,
+            conversation: None,
             opens_conversation: false,
             messages: None,
         }

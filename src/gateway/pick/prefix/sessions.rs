@@ -1,6 +1,7 @@
 //! Where each session was last placed, so that a session that left its home (the home was
 //! overloaded) stays where its conversation is now cached instead of going home to a miss
-//! at its next turn. The prefix index cannot say this: it cannot tell a session's own
+//! at its next turn; and where each sessionless conversation (named by its opening,
+//! [`super::conversation`]) was, so that its next turn goes there. The prefix index cannot say this: it cannot tell a session's own
 //! conversation from a prompt that every session shares.
 //!
 //! With several gateways, each remembers only its own placements, and a turn placed by
@@ -46,6 +47,18 @@ impl SessionMemory {
         let placed_messages = (placed_messages != UNCOUNTED).then_some(placed_messages);
         let next_turn = follows(messages, placed_messages);
         (tag.load(Ordering::Acquire) == session && next_turn).then_some(replica)
+    }
+
+    /// The replica (its name's hash) `conversation` was last placed on, if remembered and a
+    /// prompt of `messages` chat messages is its next turn (two more), not that turn again:
+    /// a sessionless chat whose messages are sent again is a template as often as a retry.
+    pub fn recall_next_turn(&self, conversation: u64, messages: Option<u64>) -> Option<u64> {
+        let [tag, replica, placed_messages] = &self.slots.get()?[slot(conversation)];
+        let replica = replica.load(Ordering::Acquire);
+        let placed_messages = placed_messages.load(Ordering::Acquire);
+        let next_turn =
+            messages.is_some_and(|now| placed_messages != UNCOUNTED && now == placed_messages + 2);
+        (tag.load(Ordering::Acquire) == conversation && next_turn).then_some(replica)
     }
 
     /// `session`'s prompt of `messages` chat messages (`None`: no chat) was placed on the
@@ -105,5 +118,22 @@ mod tests {
         assert_eq!(memory.recall(42, None), Some(7), "a prompt whose turns are not counted");
         memory.remember(42, 8, None);
         assert_eq!(memory.recall(42, Some(9)), Some(8));
+    }
+
+    #[test]
+    fn a_sessionless_conversation_is_followed_only_to_its_next_turn() {
+        let memory = SessionMemory::default();
+        memory.remember(42, 7, Some(3));
+        assert_eq!(memory.recall_next_turn(42, Some(5)), Some(7));
+        assert_eq!(memory.recall_next_turn(42, Some(3)), None, "the same messages again");
+        assert_eq!(memory.recall_next_turn(42, Some(7)), None);
+        assert_eq!(memory.recall_next_turn(42, None), None, "no chat");
+        assert_eq!(memory.recall_next_turn(43, Some(5)), None, "another conversation");
+        memory.remember(42, 8, None);
+        assert_eq!(
+            memory.recall_next_turn(42, Some(5)),
+            None,
+            "a prompt whose turns are not counted"
+        );
     }
 }

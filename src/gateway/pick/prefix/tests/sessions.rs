@@ -15,6 +15,7 @@ use super::super::{EngineTokens, PrefixRouter, PromptKey, PromptPick, hash_bytes
 use super::LOOSE;
 use crate::gateway::config::{EntrySlo, PrefixConfig};
 use crate::gateway::pick::policy::{Policy, RequestShape};
+use crate::gateway::pick::predict::{EngineEntry, LatencyProbe};
 use crate::gateway::pick::test_fleet::{context, replicas, teach};
 use crate::openai::InferenceRequest;
 use crate::openai::request::Endpoint;
@@ -176,6 +177,13 @@ fn a_session_leaves_a_home_far_slower_than_a_replica_elsewhere_unless_its_cache_
 /// Turn `turns` of conversation `conversation`: its earlier user messages (64 tokens
 /// each) and answers, then a new user message; the session id in `x-session-id`.
 fn conversation_turn(conversation: u64, turns: u64) -> PromptKey {
+    let mut headers = HeaderMap::new();
+    headers.insert("x-session-id", format!("conversation-{conversation}").parse().unwrap());
+    conversation_prompt(conversation, turns, &headers)
+}
+
+/// [`conversation_turn`] with `headers`.
+fn conversation_prompt(conversation: u64, turns: u64, headers: &HeaderMap) -> PromptKey {
     let text = |n: u64| synthetic_text(64, &mut StdRng::seed_from_u64(conversation * 100 + n));
     let mut messages = Vec::new();
     for turn in 0..turns {
@@ -186,9 +194,7 @@ fn conversation_turn(conversation: u64, turns: u64) -> PromptKey {
     }
     let body = serde_json::json!({ "messages": messages });
     let request = InferenceRequest::parse(Endpoint::Chat, body.to_string().as_bytes()).unwrap();
-    let mut headers = HeaderMap::new();
-    headers.insert("x-session-id", format!("conversation-{conversation}").parse().unwrap());
-    PromptKey::new(&request, &headers, &PrefixConfig::default(), &EngineTokens::default())
+    PromptKey::new(&request, headers, &PrefixConfig::default(), &EngineTokens::default())
 }
 
 #[test]
@@ -246,4 +252,99 @@ fn conversations_opened_at_once_spread_evenly_and_their_next_turns_follow() {
         set[bounded].load.in_flight.fetch_add(1, Ordering::Relaxed);
     }
     assert!(at_home > 4, "{at_home} of 16 at home under the loose bound");
+}
+
+#[test]
+fn a_sessionless_conversation_stays_where_its_last_turn_went_until_that_replica_is_overloaded() {
+    let set = replicas(2);
+    teach(&set[0], 100.0, 5.0);
+    teach(&set[1], 100.0, 5.0);
+    let config = PrefixConfig::default();
+    let router = Arc::new(PrefixRouter::new(&config, &Registry::new()));
+    let request = RequestShape { prompt_tokens: 300, slo: EntrySlo::default() };
+    let pick = |key: &PromptKey| {
+        let prompt = PromptPick { key, router: &router, config: &config };
+        PrefixAware::measured(5).pick_prompt(&set, &context(), &prompt, &request).unwrap()
+    };
+    let turn = |turns: u64| conversation_prompt(7, turns, &HeaderMap::new());
+    let first = pick(&turn(1));
+    let elsewhere = 1 - first;
+    router.place(&set[first], &turn(1)).prefill_done();
+    // Its replica now owes 2,000 tokens of others' prefill (about 200 ms) and has two
+    // streams, the other none: within the bound (1.25 * 1 + 1), and the second turn stays
+    // with the history it cached, though the idle replica would answer a miss sooner.
+    let owed = LatencyProbe::begin(set[first].clone(), 2000, &context(), EngineEntry::AtPlacement);
+    set[first].load.in_flight.store(2, Ordering::Relaxed);
+    let second = turn(2);
+    assert!(second.session.is_none() && second.conversation == turn(1).conversation);
+    assert_eq!(pick(&second), first);
+    let forgotten = PromptKey { conversation: None, ..second.clone() };
+    assert_eq!(pick(&forgotten), elsewhere, "placed as any prompt, it would move");
+    // Six streams: overloaded (the bound is 4.75), and the miss elsewhere, its history
+    // charged, is faster than the queue: it moves.
+    set[first].load.in_flight.store(6, Ordering::Relaxed);
+    assert_eq!(pick(&second), elsewhere);
+    router.place(&set[elsewhere], &second).prefill_done();
+    // Its third turn follows it there, to where its history went, though the first replica
+    // is idle again.
+    drop(owed);
+    set[first].load.in_flight.store(0, Ordering::Relaxed);
+    let third = turn(3);
+    assert_eq!(pick(&third), elsewhere);
+    router.place(&set[elsewhere], &third).prefill_done();
+    // The same messages sent again are no next turn (a template sent by many, as often as
+    // a retry): placed as any prompt, they go where the copy is cheapest.
+    let _owed =
+        LatencyProbe::begin(set[elsewhere].clone(), 2000, &context(), EngineEntry::AtPlacement);
+    set[elsewhere].load.in_flight.store(2, Ordering::Relaxed);
+    assert_eq!(pick(&third), first);
+    assert_eq!(pick(&turn(4)), elsewhere, "the next turn follows");
+}
+
+/// A sessionless chat prompt of `messages` (role, text).
+fn chat(messages: &[(&str, &str)]) -> PromptKey {
+    let messages: Vec<_> = messages
+        .iter()
+        .map(|(role, text)| serde_json::json!({"role": role, "content": text}))
+        .collect();
+    let body = serde_json::json!({ "messages": messages });
+    let request = InferenceRequest::parse(Endpoint::Chat, body.to_string().as_bytes()).unwrap();
+    PromptKey::new(&request, &HeaderMap::new(), &PrefixConfig::default(), &EngineTokens::default())
+}
+
+#[test]
+fn conversations_opened_alike_are_followed_only_to_where_their_own_history_is() {
+    let set = replicas(2);
+    teach(&set[0], 100.0, 5.0);
+    teach(&set[1], 100.0, 5.0);
+    let config = PrefixConfig::default();
+    let router = Arc::new(PrefixRouter::new(&config, &Registry::new()));
+    let request = RequestShape { prompt_tokens: 1000, slo: EntrySlo::default() };
+    let pick = |key: &PromptKey| {
+        let prompt = PromptPick { key, router: &router, config: &config };
+        PrefixAware::measured(5).pick_prompt(&set, &context(), &prompt, &request).unwrap()
+    };
+    let text = |seed: u64, tokens: u64| synthetic_text(tokens, &mut StdRng::seed_from_u64(seed));
+    let (system, question) = (text(1, 300), text(2, 20));
+    let (answer_a, next_a, answer_b, next_b) =
+        (text(3, 200), text(4, 20), text(5, 200), text(6, 20));
+    let opening = [("system", system.as_str()), ("user", question.as_str())];
+    let turn_a =
+        [&opening[..], &[("assistant", answer_a.as_str()), ("user", next_a.as_str())]].concat();
+    let turn_b =
+        [&opening[..], &[("assistant", answer_b.as_str()), ("user", next_b.as_str())]].concat();
+    assert_eq!(chat(&turn_a).conversation, chat(&turn_b).conversation, "opened alike");
+    // A's second turn went to r0, then B's to r1: the shared slot now names r1.
+    router.place(&set[0], &chat(&turn_a)).prefill_done();
+    router.place(&set[1], &chat(&turn_b)).prefill_done();
+    // A's third turn is two messages longer than B's placed turn, but r1 holds only the
+    // opening of it, r0 all its history: it goes by its cache, to r0.
+    let (answer, next) = (text(7, 200), text(8, 20));
+    let third_a =
+        [&turn_a[..], &[("assistant", answer.as_str()), ("user", next.as_str())]].concat();
+    assert_eq!(pick(&chat(&third_a)), 0);
+    // B's third turn goes to r1, where its history is.
+    let third_b =
+        [&turn_b[..], &[("assistant", answer.as_str()), ("user", next.as_str())]].concat();
+    assert_eq!(pick(&chat(&third_b)), 1);
 }
