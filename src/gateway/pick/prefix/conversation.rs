@@ -5,10 +5,10 @@
 //! the same in every turn), and a turn two messages longer than the last one placed with
 //! that opening is its next turn.
 //!
-//! Without this, a sessionless conversation was placed like any prompt, and its second turn
-//! (whose few hundred cached tokens save less than a busier replica's queue) moved for load
-//! and threw its history away: on real vLLM, TTFT p90 463 ms against HAProxy's 430. A
-//! continued conversation now stays where its history is while that replica is within the
+//! Placed like any prompt, a sessionless conversation's second turn (whose few hundred
+//! cached tokens save less than a busier replica's queue) moved for load and threw its
+//! history away (`benches/results/2026-12-07-sessionless-conversations`). A continued
+//! conversation now stays where its history is while that replica is within the
 //! sessions' load bound, and otherwise contends with the least-loaded replica, each charged
 //! the history it would recompute, as a named session's turn is. A prompt sent again with
 //! the same messages (a few-shot template, shared by many requests) is no next turn, and is

@@ -252,10 +252,10 @@ impl PrefixRouter {
     }
 
     /// For a turn of a session (or a sessionless conversation) this gateway does not
-    /// remember: where the session's last turn went. When this request is that turn again or the next, it becomes this
-    /// gateway's own memory: the session goes where it was, and the index expects the
-    /// blocks of that turn's prompt there (this prompt starts with them). A replica that
-    /// evicted them reports it, and the index corrects itself.
+    /// remember: where the session's last turn went. When this request is that turn again
+    /// or the next, it becomes this gateway's own memory: the session goes where it was, and
+    /// the index expects the blocks of that turn's prompt there (this prompt starts with
+    /// them). A replica that evicted them reports it, and the index corrects itself.
     async fn recall_session(&self, store: &PlacementStore, key: &PromptKey) {
         let Some(session) = key.session.or(key.conversation) else { return };
         if key.opens_conversation || self.sessions.recall(session, key.messages).is_some() {
