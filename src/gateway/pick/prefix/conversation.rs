@@ -12,7 +12,11 @@
 //! sessions' load bound, and otherwise contends with the least-loaded replica, each charged
 //! the history it would recompute, as a named session's turn is. A prompt sent again with
 //! the same messages (a few-shot template, shared by many requests) is no next turn, and is
-//! placed as any prompt: a hot template spreads by the copy rule, not by a session's.
+//! placed as any prompt: a hot template spreads by the copy rule, not by a session's. A
+//! later turn whose previous turn this gateway did not place (several gateways without a
+//! store: each sees some turns) goes to its opening's rendezvous replica, as a named
+//! session goes home, so that the gateways agree on it from then on; placed as any prompt,
+//! each gateway sent it where its own last turn went.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -37,7 +41,8 @@ const OPENING_SEED: u64 = 0x6f70_656e_696e_6700;
 /// The conversation a prompt continues.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Followed {
-    /// A session named by the client (the session header or `user`), by its hash.
+    /// A session named by the client (the session header or `user`), or a sessionless
+    /// conversation's turn whose previous turn this gateway did not place, by its opening.
     Session(u64),
     /// A sessionless chat's next turn; its previous turn went to this candidate.
     Continued(usize),
@@ -75,9 +80,12 @@ fn hash_words(hash: u64, bytes: &[u8]) -> u64 {
 }
 
 /// The conversation `prompt` continues among the candidates `all` (each holding
-/// `held_by_all` of the prompt), if any. A sessionless one is followed only to a replica
-/// that holds as much of the prompt as any: conversations opened alike share a memory slot,
-/// and a turn whose slot names where another conversation went is placed by its cache.
+/// `held_by_all` of the prompt), if any. A sessionless one is followed to where its previous
+/// turn went, and only to a replica that holds as much of the prompt as any: conversations
+/// opened alike share a memory slot, and a turn whose slot names where another conversation
+/// went is placed by its cache. The same messages again (a template, a retry) are placed as
+/// any prompt; a later turn whose previous turn this gateway did not place goes as a
+/// session named by its opening does.
 pub fn followed(
     replicas: &[Arc<Replica>],
     all: &[usize],
@@ -88,13 +96,24 @@ pub fn followed(
     if let Some(session) = key.session {
         return Some(Followed::Session(session));
     }
+    let conversation = key.conversation?;
     if key.opens_conversation {
         return None;
     }
-    let name = prompt.router.sessions.recall_next_turn(key.conversation?, key.messages)?;
-    let at = all.iter().position(|&c| replicas[c].name_hash == name)?;
-    let most = held_by_all.iter().map(|h| h.blocks).max()?;
-    (held_by_all[at].blocks == most).then_some(Followed::Continued(all[at]))
+    let memory = &prompt.router.sessions;
+    if let Some(name) = memory.recall_next_turn(conversation, key.messages) {
+        let at = all.iter().position(|&c| replicas[c].name_hash == name)?;
+        let most = held_by_all.iter().map(|h| h.blocks).max()?;
+        return (held_by_all[at].blocks == most).then_some(Followed::Continued(all[at]));
+    }
+    if memory.recall(conversation, key.messages).is_some() {
+        // The same messages again.
+        return None;
+    }
+    // A later turn this gateway did not place the turn before of: another gateway did, or
+    // its memory was lost. Its opening's rendezvous replica, as a named session's, is where
+    // every gateway sends it, so that they agree from here on.
+    Some(Followed::Session(conversation))
 }
 
 /// Where a turn of the conversation `followed` may go among `all` (each holding

@@ -348,3 +348,36 @@ fn conversations_opened_alike_are_followed_only_to_where_their_own_history_is() 
         [&turn_b[..], &[("assistant", answer.as_str()), ("user", next.as_str())]].concat();
     assert_eq!(pick(&chat(&third_b)), 1);
 }
+
+#[test]
+fn gateways_that_each_place_some_turns_agree_on_a_sessionless_conversation_from_its_second() {
+    let set = replicas(4);
+    let all: Vec<usize> = (0..4).collect();
+    let config = PrefixConfig::default();
+    let (first, second) = (
+        Arc::new(PrefixRouter::new(&config, &Registry::new())),
+        Arc::new(PrefixRouter::new(&config, &Registry::new())),
+    );
+    let pick = |router: &Arc<PrefixRouter>, key: &PromptKey| {
+        let prompt = PromptPick { key, router, config: &config };
+        let chosen = PrefixAware::new(5)
+            .pick_prompt(&set, &context(), &prompt, &RequestShape::default())
+            .unwrap();
+        router.place(&set[chosen], key).prefill_done();
+        chosen
+    };
+    // Twenty conversations, their turns sent to the two gateways by turns.
+    for conversation in 0..20 {
+        let turn = |turns: u64| conversation_prompt(conversation, turns, &HeaderMap::new());
+        pick(&first, &turn(1));
+        let second_turn = pick(&second, &turn(2));
+        let opening = turn(2).conversation.unwrap();
+        let home = session_places(&set, &all, opening, LOOSE).unwrap().home;
+        assert_eq!(second_turn, home, "conversation {conversation}: its opening's home");
+        // The first gateway placed only its first turn: its third goes there too, and so
+        // does every later one, whichever gateway places it.
+        assert_eq!(pick(&first, &turn(3)), home, "conversation {conversation}");
+        assert_eq!(pick(&second, &turn(4)), home, "conversation {conversation}");
+        assert_eq!(pick(&first, &turn(5)), home, "conversation {conversation}");
+    }
+}
