@@ -26,7 +26,10 @@ block through the salt):
   closed  N requests of one shape from C closed-loop clients (entry-strategy checks).
 
 Targets NAME=URL run in interleaved rounds (A B C A B C ...); NAME=URL1+URL2 is several
-gateways in front of the same replicas, taking requests in turn. Token counts are calibrated
+gateways in front of the same replicas, taking requests in turn. Before the first round,
+each --replicas URL gets two unrecorded waves of 16 streamed chats (--no-warm-up: none): a
+freshly started engine answers its first requests slower, and without it the first target
+of round 1 met it cold and only that one. Token counts are calibrated
 once: tokens per word of the word generator, from the replica's `/tokenize` when it has one,
 else from the `usage` of two one-token completions, else 1.3.
 
@@ -527,6 +530,31 @@ async def calibrate(url, model, words: Words):
     return {"method": "assumed", "url": url, "tokens_per_word": 1.3}
 
 
+WARM_UP_STREAMS = 16
+
+
+async def warm_up(a, words: Words, calibration, model):
+    """Two waves of WARM_UP_STREAMS streamed chats straight to each replica, salted apart from
+    every run and not recorded: a freshly started engine answers its first requests slower
+    (the first target of round 1 met it cold, and only that one). Returns the seconds taken."""
+    started = time.perf_counter()
+    n_words = words_for(max(a.input_tokens or 0, 400), calibration)
+
+    async def one_replica(url):
+        run = Run(a, "warm-up", url, 0, model)
+        for wave in range(2):
+            await asyncio.gather(*(
+                stream_chat(run, [{"role": "user",
+                                   "content": f"{run.salt(f'w{wave}-{i}')} "
+                                              f"{words.text(random.Random(f'warm-{wave}-{i}'), n_words)}"}],
+                            32, {"id": f"warm-{wave}-{i}"})
+                for i in range(WARM_UP_STREAMS)))
+        await run.pool.close()
+
+    await asyncio.gather(*(one_replica(url) for url in a.replicas))
+    return time.perf_counter() - started
+
+
 REPLICA_METRICS = ("vllm:request_success_total", "vllm:prefix_cache_queries_total",
                    "vllm:prefix_cache_hits_total", "vllm:prompt_tokens_total")
 
@@ -688,6 +716,8 @@ def parse_args(argv):
     p.add_argument("--request-timeout", type=float, default=120.0)
     p.add_argument("--run-timeout", type=float, default=900.0, help="one target's round at most")
     p.add_argument("--pause", type=float, default=2.0, help="seconds of quiet between runs")
+    p.add_argument("--no-warm-up", action="store_true",
+                   help="skip the warm-up of each --replicas URL before the first round")
     p.add_argument("--json", required=True)
     p.add_argument("--markdown")
     a = p.parse_args(argv)
@@ -725,6 +755,10 @@ async def main(argv):
            "model": model, "calibration": calibration, "targets": [t for t, _ in a.targets],
            "replicas": a.replicas, "command": " ".join(["real_client.py", *argv]),
            "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "runs": [], "requests": []}
+    if a.replicas and not a.no_warm_up:
+        doc["warm_up_s"] = round(await warm_up(a, words, calibration, model), 1)
+        log(f"{a.name}: replicas warmed up in {doc['warm_up_s']} s "
+            f"({2 * WARM_UP_STREAMS} streams each, not recorded)")
     for round_no in range(1, a.rounds + 1):
         for target, url in a.targets:
             run = Run(a, target, url, round_no, model)
