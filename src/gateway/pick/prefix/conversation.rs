@@ -110,9 +110,9 @@ pub fn followed(
         // The same messages again.
         return None;
     }
-    // A later turn this gateway did not place the turn before of: another gateway did, or
-    // its memory was lost. Its opening's rendezvous replica, as a named session's, is where
-    // every gateway sends it, so that they agree from here on.
+    // A later turn whose previous turn this gateway did not place (another gateway did, or
+    // the memory was lost): its opening's rendezvous replica, as a named session's home, is
+    // where every gateway sends it, so that they agree from here on.
     Some(Followed::Session(conversation))
 }
 
