@@ -1,8 +1,9 @@
 //! Where each session was last placed, so that a session that left its home (the home was
 //! overloaded) stays where its conversation is now cached instead of going home to a miss
 //! at its next turn; and where each sessionless conversation (named by its opening,
-//! [`super::conversation`]) was, so that its next turn goes there. The prefix index cannot say this: it cannot tell a session's own
-//! conversation from a prompt that every session shares.
+//! [`super::conversation`]) was, so that its next turn goes there. The prefix index cannot
+//! say this: it cannot tell a session's own conversation from a prompt that every session
+//! shares.
 //!
 //! With several gateways, each remembers only its own placements, and a turn placed by
 //! another gateway went elsewhere (home, most often). So the memory is followed only for
@@ -38,6 +39,23 @@ impl SessionMemory {
     /// request (of `messages` chat messages, `None` for another prompt) is that turn again
     /// or the next.
     pub fn recall(&self, session: u64, messages: Option<u64>) -> Option<u64> {
+        let (replica, placed_messages) = self.last_placed(session)?;
+        follows(messages, placed_messages).then_some(replica)
+    }
+
+    /// The replica (its name's hash) `conversation` was last placed on, if remembered and a
+    /// prompt of `messages` chat messages is its next turn (two more), not that turn again:
+    /// a sessionless chat whose messages are sent again is a template as often as a retry.
+    pub fn recall_next_turn(&self, conversation: u64, messages: Option<u64>) -> Option<u64> {
+        let (replica, placed_messages) = self.last_placed(conversation)?;
+        let next_turn =
+            messages.zip(placed_messages).is_some_and(|(now, placed)| now == placed + 2);
+        next_turn.then_some(replica)
+    }
+
+    /// The replica (its name's hash) `session` was last placed on and the message count of
+    /// that prompt (`None`: no chat), if its slot still holds it.
+    fn last_placed(&self, session: u64) -> Option<(u64, Option<u64>)> {
         let [tag, replica, placed_messages] = &self.slots.get()?[slot(session)];
         if tag.load(Ordering::Acquire) != session {
             return None;
@@ -45,20 +63,7 @@ impl SessionMemory {
         let (replica, placed_messages) =
             (replica.load(Ordering::Acquire), placed_messages.load(Ordering::Acquire));
         let placed_messages = (placed_messages != UNCOUNTED).then_some(placed_messages);
-        let next_turn = follows(messages, placed_messages);
-        (tag.load(Ordering::Acquire) == session && next_turn).then_some(replica)
-    }
-
-    /// The replica (its name's hash) `conversation` was last placed on, if remembered and a
-    /// prompt of `messages` chat messages is its next turn (two more), not that turn again:
-    /// a sessionless chat whose messages are sent again is a template as often as a retry.
-    pub fn recall_next_turn(&self, conversation: u64, messages: Option<u64>) -> Option<u64> {
-        let [tag, replica, placed_messages] = &self.slots.get()?[slot(conversation)];
-        let replica = replica.load(Ordering::Acquire);
-        let placed_messages = placed_messages.load(Ordering::Acquire);
-        let next_turn =
-            messages.is_some_and(|now| placed_messages != UNCOUNTED && now == placed_messages + 2);
-        (tag.load(Ordering::Acquire) == conversation && next_turn).then_some(replica)
+        (tag.load(Ordering::Acquire) == session).then_some((replica, placed_messages))
     }
 
     /// `session`'s prompt of `messages` chat messages (`None`: no chat) was placed on the
