@@ -60,6 +60,9 @@
 #   REAL_CONV_CLIENTS (16), REAL_CONV_TURNS (5)            real-conv's shape (full run)
 #   REAL_CONV_SESSION (1)     0: real-conv names no conversation (no x-session-id, no
 #                             `user`): the prompt alone ties its turns together
+#   REAL_CONV_SYSTEM (0), REAL_CONV_THINK (0), REAL_CONV_QUESTION (400)   real-conv's shared
+#                             system prompt (tokens), users' mean think time between turns
+#                             (s) and question size (tokens)
 #   REAL_PREFIX_GROUPS (8), REAL_PREFIX_RATE (4), REAL_PREFIX_REQUESTS (150)   real-prefix's
 #   REAL_PREFIX_HOT (0)       real-prefix's share of requests to group 0, a hot prefix (0:
 #                             every group alike)
@@ -84,6 +87,9 @@ REAL_SLO_TPOT_MS="${REAL_SLO_TPOT_MS:-50}"
 REAL_CONV_CLIENTS="${REAL_CONV_CLIENTS:-16}"
 REAL_CONV_TURNS="${REAL_CONV_TURNS:-5}"
 REAL_CONV_SESSION="${REAL_CONV_SESSION:-1}"
+REAL_CONV_SYSTEM="${REAL_CONV_SYSTEM:-0}"
+REAL_CONV_THINK="${REAL_CONV_THINK:-0}"
+REAL_CONV_QUESTION="${REAL_CONV_QUESTION:-400}"
 REAL_PREFIX_GROUPS="${REAL_PREFIX_GROUPS:-8}"
 REAL_PREFIX_RATE="${REAL_PREFIX_RATE:-4}"
 REAL_PREFIX_REQUESTS="${REAL_PREFIX_REQUESTS:-150}"
@@ -443,9 +449,13 @@ part_real_conv() {
     [[ $QUICK -eq 1 ]] && { conversations=$(((conversations + 1) / 2)); turns=$((turns > 3 ? 3 : turns)); }
     local session=() named=""
     [[ "$REAL_CONV_SESSION" == 0 ]] && { session=(--no-session); named=", no session named"; }
+    local shape=(--system-tokens "$REAL_CONV_SYSTEM" --think-s "$REAL_CONV_THINK")
+    [[ "$REAL_CONV_SYSTEM" != 0 ]] && named+=", one $REAL_CONV_SYSTEM-token system prompt shared"
+    [[ "$REAL_CONV_THINK" != 0 ]] && named+=", users think ${REAL_CONV_THINK} s between turns"
     real_part "Real engine: multi-turn conversations" real-conv conv \
         "$conversations conversations x $turns turns, closed loop$named" \
-        --clients "$conversations" --turns "$turns" --input-tokens 400 --output-tokens 64 "${session[@]}"
+        --clients "$conversations" --turns "$turns" --input-tokens "$REAL_CONV_QUESTION" --output-tokens 64 \
+        "${session[@]}" "${shape[@]}"
 }
 
 part_real_prefix() {

@@ -17,7 +17,9 @@ block through the salt):
   conv    C conversations x T turns, closed loop (one client each); each turn appends a
           Q-token question to the conversation and the previous real answer text; answers
           are O tokens (max_tokens = min_tokens = O, ignore_eos); `x-session-id` and `user`
-          name the conversation (--no-session: nothing does, as many clients send).
+          name the conversation (--no-session: nothing does, as many clients send);
+          --system-tokens S opens every conversation with one shared S-token system prompt,
+          --think-s W pauses a seeded exponential W s on average between a user's turns.
   prefix  G groups of a shared context (system message) + a unique question, Poisson
           arrivals at R/s, N requests; --hot-share S sends a share S of them to group 0 (a
           hot prefix) and the rest evenly to the others.
@@ -365,12 +367,22 @@ async def conv_workload(run: Run, words: Words, calibration):
     a = run.args
     q_words = words_for(a.input_tokens, calibration)
 
+    # One system prompt for every conversation (an assistant's instructions), salted per
+    # target and round as a whole; each conversation's own salt then leads its first question.
+    system = []
+    if a.system_tokens:
+        text = words.text(random.Random(f"{a.seed}-conv-system"), words_for(a.system_tokens, calibration))
+        system = [{"role": "system", "content": f"{run.salt('system')} {text}"}]
+
     async def conversation(index):
         if a.ramp_up > 0:
             await asyncio.sleep(a.ramp_up * index / a.clients)
         session = None if a.no_session else f"{a.name}-{run.target}-{run.round}-{a.run_id}-c{index}"
-        messages = []
+        messages = list(system)
+        think = random.Random(f"{a.seed}-conv-think-{index}")
         for turn in range(a.turns):
+            if turn > 0 and a.think_s > 0:
+                await asyncio.sleep(think.expovariate(1.0 / a.think_s))
             question = words.text(random.Random(f"{a.seed}-conv-{index}-{turn}"), q_words)
             if turn == 0:
                 question = f"{run.salt(f'c{index}')} {question}"
@@ -659,7 +671,8 @@ def workload_params(a):
     if a.workload == "conv":
         shape = {"conversations": a.clients, "turns": a.turns, "question_tokens": a.input_tokens,
                  "answer_tokens": a.output_tokens, "ramp_up_s": a.ramp_up,
-                 "session": not a.no_session}
+                 "session": not a.no_session, "system_tokens": a.system_tokens,
+                 "think_s": a.think_s}
     elif a.workload == "prefix":
         shape = {"groups": a.groups, "context_tokens": a.context_tokens,
                  "question_tokens": a.input_tokens, "answer_tokens": a.output_tokens,
@@ -698,6 +711,10 @@ def parse_args(argv):
     p.add_argument("--turns", type=int)
     p.add_argument("--no-session", action="store_true",
                    help="conv: send no x-session-id or user (the prompt alone ties the turns)")
+    p.add_argument("--system-tokens", type=int, default=0,
+                   help="conv: a system prompt of this many tokens shared by every conversation")
+    p.add_argument("--think-s", type=float, default=0.0,
+                   help="conv: mean seconds a user thinks between turns (exponential, seeded)")
     p.add_argument("--input-tokens", type=int, help="conv/prefix: question; closed: prompt")
     p.add_argument("--output-tokens", type=int)
     p.add_argument("--groups", type=int)
