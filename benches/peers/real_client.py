@@ -9,10 +9,10 @@ Every request is an OpenAI chat completion with `stream: true` and
 `stream_options.include_usage`; per request it records TTFT (first non-empty content),
 TPOT ((e2e - ttft) / (completion_tokens - 1)), e2e, and prompt, completion and cached
 tokens from the final usage chunk. Workloads (seeded; the same bytes for every target but
-a short salt at the start of the first message, `[ITEM HASH run WORKLOAD-TARGET-ROUND-SEED-RUNID]`,
-so that no target or round inherits another's prefix cache; ITEM (conversation, prefix
-group or request) and HASH (of the rest) come first, so that unrelated prompts share no
-block through the salt):
+a short salt at the start of the first message, `[ITEM:HASH]`, HASH twelve capital letters
+hashed from WORKLOAD-TARGET-ROUND-SEED-RUNID, so that no target or round inherits another's
+prefix cache, every target's prompts are the same number of tokens, and unrelated prompts
+share no block through the salt):
 
   conv    C conversations x T turns, closed loop (one client each); each turn appends a
           Q-token question to the conversation and the previous real answer text; answers
@@ -255,16 +255,23 @@ class Run:
         urls = url.split("+")
         self.pool = Pool(url) if len(urls) == 1 else Spread(urls)
         self.tag = f"{args.name}-{target}-{round_no}-{args.seed}-{args.run_id}"
-        self.tag_hash = hashlib.sha1(self.tag.encode()).hexdigest()[:8]
+        digest = int.from_bytes(hashlib.sha1(self.tag.encode()).digest()[:8], "big")
+        self.tag_letters = "".join(chr(ord("A") + (digest >> (5 * i)) % 26) for i in range(12))
         self.records = []
         self.started = time.perf_counter()
 
     def salt(self, item):
         """The prefix of ITEM's first message (a conversation, a prefix group, a request).
-        What tells items, targets and rounds apart comes first (the item, a hash of the
-        tag), so that prompts with nothing in common share no cache block, nor a gateway's
-        or router's index entry, through it, however small the block."""
-        return f"[{item} {self.tag_hash} run {self.tag}]"
+        What tells items, targets and rounds apart comes first (the item, then the tag's
+        hash), so that prompts with nothing in common share no cache block, nor a gateway's
+        or router's index entry, through it, however small the block. The hash is twelve
+        capital letters, the same number of tokens for every target and round (one each:
+        the local models' tokenizers never saw a capital). A salt that spelled out the
+        target's name was 34 tokens for laneway and 43-46 for HAProxy's target: a shared
+        2,000-token system prompt then filled 15 of the engine's 128-token blocks for one
+        and 16 for the other, and each target's prompts met the engine's block edges in
+        places of their own."""
+        return f"[{item}:{self.tag_letters}]"
 
 
 async def stream_chat(run: Run, messages, output_tokens, meta, session=None):

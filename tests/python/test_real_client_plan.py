@@ -41,3 +41,21 @@ def test_without_a_hot_share_every_group_is_alike():
     client = load_client()
     counts = [plan_groups(client, 0).count(g) for g in range(8)]
     assert all(190 <= c <= 310 for c in counts), counts
+
+
+def test_every_target_and_round_is_salted_apart_in_salts_of_one_length():
+    client = load_client()
+    args = client.parse_args(
+        ["--workload", "conv", "--target", "t=http://127.0.0.1:1", "--json", "/dev/null"]
+    )
+    targets = ["laneway", "haproxy-lc-close-nd", "sglang-cache-aware", "laneway-events-x2"]
+    salts = [
+        client.Run(args, target, "http://127.0.0.1:1", round_no, "tiny").salt("c3")
+        for target in targets
+        for round_no in (1, 2, 3)
+    ]
+    assert len(set(salts)) == len(salts), salts
+    # A target's name in its salt made its prompts longer than another's, and moved where
+    # they met the engine's cache blocks.
+    assert len({len(salt) for salt in salts}) == 1, salts
+    assert all(salt.startswith("[c3:") and salt[4:-1].isupper() for salt in salts), salts
