@@ -14,9 +14,16 @@
 //! read fell from the engine's 80 us a token to 2.5-10: a cache hit looked barely faster
 //! than a miss, and load moved cached prefixes away. The engine's count has no such share.
 //!
-//! The fit is published once [`MIN_WINDOWS`] windows with different shares of cached
-//! tokens make both terms tell apart; a replica exporting none of these (SGLang, an older
-//! vLLM) keeps the gateway's own slope.
+//! The fit is published once [`MIN_WINDOWS`] windows have closed. Where their shares of
+//! cached tokens differ enough to tell the two terms apart, `b` is the fitted slope; where
+//! they do not (every request about one size: a conversation's turns), it is the line
+//! through the origin, `seconds / tokens` over the windows, each request's fixed cost
+//! spread over its tokens. That overstates the cost of a token by a request's fixed cost
+//! over its size, alike on every replica, where the gateway's own first tokens, the only
+//! other source, read 22 and 58 us a token on two real replicas of one speed (and the
+//! burst of a conversation workload's first turns went two to one onto the one that looked
+//! faster). A replica exporting none of these counters (SGLang, an older vLLM) keeps the
+//! gateway's own slope.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -36,6 +43,7 @@ const MIN_WINDOWS: u32 = 3;
 /// replicas of one speed, and the slopes fitted were 50 and 216 us a token (23 modelled):
 /// the second replica looked four times slower alone, and conversations left it for the
 /// first. Shared prefixes (hits and misses in each window) and mixed sizes read 0.15-0.25.
+/// Below it, the line through the origin is read instead (see the module).
 const MIN_INDEPENDENCE: f64 = 0.08;
 
 /// The engine's cumulative counters of finished requests, summed over its engines, as one
@@ -124,23 +132,30 @@ impl EngineSpeed {
 }
 
 impl Fit {
-    /// `b` of `t = a * n + b * u`, with `a` at least zero; `None` until the windows tell
-    /// the terms apart, or if the tokens took no time.
+    /// `b` of `t = a * n + b * u`, with `a` at least zero, where the windows tell the terms
+    /// apart; else the line through the origin, `t = b * u`. `None` before
+    /// [`MIN_WINDOWS`] windows, or if the tokens took no time.
     fn slope(&self) -> Option<f64> {
         if self.windows < MIN_WINDOWS {
             return None;
         }
         let [nn, nu, uu, nt, ut] = self.sums;
-        let determinant = nn * uu - nu * nu;
-        if uu <= 0.0 || determinant <= MIN_INDEPENDENCE * nn * uu {
+        if uu <= 0.0 {
             return None;
         }
-        let per_request = (uu * nt - nu * ut) / determinant;
-        let per_token = if per_request >= 0.0 {
-            (nn * ut - nu * nt) / determinant
+        let through_origin = ut / uu;
+        let determinant = nn * uu - nu * nu;
+        let per_token = if determinant <= MIN_INDEPENDENCE * nn * uu {
+            // One size of request: its fixed cost cannot be told from its tokens'.
+            through_origin
         } else {
-            // No fixed cost per request: the line through the origin.
-            ut / uu
+            let per_request = (uu * nt - nu * ut) / determinant;
+            if per_request >= 0.0 {
+                (nn * ut - nu * nt) / determinant
+            } else {
+                // No fixed cost per request.
+                through_origin
+            }
         };
         (per_token > 0.0).then_some(per_token)
     }
@@ -189,15 +204,17 @@ mod tests {
     }
 
     #[test]
-    fn one_shape_of_request_says_nothing_and_a_restart_starts_over() {
+    fn one_shape_of_request_is_read_through_the_origin_and_a_restart_starts_over() {
         let speed = EngineSpeed::default();
         let mut work = EngineWork::default();
         speed.observe(work);
         for _ in 0..6 {
             speed.observe(served(&mut work, 4, (1000.0, 0.0), (0.01, 50e-6)));
         }
-        // Every window has the same tokens per request: no telling the two terms apart.
-        assert_eq!(speed.slope(), None);
+        // Every window has the same tokens per request: no telling the two terms apart, and
+        // each request's 10 ms is spread over its 1,000 tokens.
+        let slope = speed.slope().unwrap();
+        assert!((slope - 60e-6).abs() < 1e-9, "{slope}");
         // A restart: counters fall back. The next scrape is only a baseline.
         let mut restarted = EngineWork::default();
         assert_eq!(speed.observe(served(&mut restarted, 1, (500.0, 0.0), (0.01, 50e-6))), None);
@@ -210,18 +227,26 @@ mod tests {
     }
 
     #[test]
-    fn requests_of_nearly_one_size_with_noisy_times_say_nothing() {
-        let speed = EngineSpeed::default();
-        let mut work = EngineWork::default();
-        speed.observe(work);
+    fn replicas_of_one_speed_serving_requests_of_nearly_one_size_read_alike() {
         // Conversation turns: 450 to 520 uncached tokens a request, each window's prefills
-        // 20% slower or faster by what else its steps ran.
-        for window in 0..24 {
-            let uncached = [450.0, 470.0, 500.0, 520.0][window % 4];
-            let noise = [1.2, 0.8, 1.1, 0.9, 1.0][window % 5];
-            speed.observe(served(&mut work, 4, (uncached, 0.0), (0.01 * noise, 23e-6 * noise)));
-        }
-        assert_eq!(speed.slope(), None);
+        // 20% slower or faster by what else its steps ran, in another order on each replica.
+        let read = |phase: usize| {
+            let speed = EngineSpeed::default();
+            let mut work = EngineWork::default();
+            speed.observe(work);
+            for window in 0..24 {
+                let uncached = [450.0, 470.0, 500.0, 520.0][window % 4];
+                let noise = [1.2, 0.8, 1.1, 0.9, 1.0][(window + phase) % 5];
+                speed.observe(served(&mut work, 4, (uncached, 0.0), (0.01 * noise, 23e-6 * noise)));
+            }
+            speed.slope().unwrap()
+        };
+        let slopes: Vec<f64> = (0..5).map(read).collect();
+        let (low, high) = slopes.iter().fold((f64::MAX, 0.0f64), |(l, h), &s| (l.min(s), h.max(s)));
+        // Fitted with a fixed cost apart, such windows read 50 and 216 us a token.
+        assert!(high < low * 1.15, "{slopes:?}");
+        // 23 us a token plus 10 ms spread over about 485 tokens.
+        assert!(slopes.iter().all(|s| (38e-6..50e-6).contains(s)), "{slopes:?}");
     }
 
     #[test]
