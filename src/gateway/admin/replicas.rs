@@ -64,6 +64,7 @@ fn latency_estimate(replica: &Replica) -> Value {
     json!({
         "ttft_seconds_per_token": view.ttft_seconds_per_token,
         "ttft_slope_source": if view.ttft_slope_from_engine { "engine" } else { "first_tokens" },
+        "engine_tokens_per_counted_token": view.engine_tokens_per_counted,
         "ttft_intercept_by_others_in_flight": view.ttft_intercepts,
         "ttft_spread_by_others_in_flight": view.ttft_spreads,
         "decode_intercept": view.decode.0,

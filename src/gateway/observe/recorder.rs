@@ -203,6 +203,9 @@ impl Recorder {
         {
             prefix.report(details.cached_tokens, usage.prompt_tokens);
         }
+        if let Some(usage) = self.usage {
+            self.replica.latency.observe_prompt_count(self.ctx.prompt_tokens, usage.prompt_tokens);
+        }
         let completion_tokens = self.usage.map_or(self.token_events, |u| u.completion_tokens);
         let prompt_tokens = self.usage.map_or(self.ctx.prompt_tokens, |u| u.prompt_tokens);
         if let Some(ticket) = self.ctx.quota.take() {

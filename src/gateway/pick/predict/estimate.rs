@@ -21,6 +21,7 @@ use super::envelope;
 use super::fit::DecayedLine;
 use super::overdue::{Overdue, Waiting};
 use super::remeasure::Remeasure;
+use super::token_scale::TokenScale;
 use crate::gateway::clock;
 use crate::gateway::pick::policy::PickContext;
 use crate::gateway::pick::replica::Replica;
@@ -81,6 +82,8 @@ pub struct LatencyEstimate {
     models: Mutex<Models>,
     /// The engine's own count of its prefill speed, where its `/metrics` has one.
     engine_speed: EngineSpeed,
+    /// Engine tokens per token this gateway counts: the engine's slope is per engine token.
+    token_scale: TokenScale,
 }
 
 #[derive(Debug)]
@@ -125,6 +128,7 @@ impl Default for LatencyEstimate {
             ttft_spreads_published: models.prefill.spreads().map(|v| AtomicU64::new(v.to_bits())),
             models: Mutex::new(models),
             engine_speed: EngineSpeed::default(),
+            token_scale: TokenScale::default(),
         }
     }
 }
@@ -161,6 +165,8 @@ pub struct EstimateView {
     /// Whether that slope is the engine's own count ([`EngineSpeed`]) rather than one
     /// learned from this gateway's first tokens.
     pub ttft_slope_from_engine: bool,
+    /// Engine tokens per token this gateway counts ([`TokenScale`]), 1 until learned.
+    pub engine_tokens_per_counted: f64,
     /// TTFT at zero prompt tokens by other requests in flight (index).
     pub ttft_intercepts: Vec<f64>,
     /// How widely TTFTs spread around those, by the same index (standard deviations).
@@ -279,6 +285,12 @@ impl LatencyEstimate {
         self.publish_prefill(&models);
     }
 
+    /// An answer's `usage.prompt_tokens` (`engine`) for a prompt this gateway counted as
+    /// `counted`: the scale the engine's slope is read at.
+    pub fn observe_prompt_count(&self, counted: u64, engine: u64) {
+        self.token_scale.observe(counted, engine);
+    }
+
     /// A scrape read the engine's counters: where they give its prefill speed, that is the
     /// slope, and each count's intercept is read net of it.
     pub fn observe_engine_work(&self, work: EngineWork) {
@@ -290,7 +302,11 @@ impl LatencyEstimate {
     /// Publishes the prefill model: the engine's slope if it counts one, else the one
     /// learned from this gateway's first tokens; the intercepts and spreads net of it.
     fn publish_prefill(&self, models: &Models) {
-        let slope = self.engine_speed.slope().unwrap_or_else(|| models.prefill.slope());
+        let slope = self
+            .engine_speed
+            .slope()
+            .map(|per_engine_token| per_engine_token * self.token_scale.engine_per_counted())
+            .unwrap_or_else(|| models.prefill.slope());
         self.ttft_slope_published.store(slope.to_bits(), Ordering::Relaxed);
         let intercepts = models.prefill.intercepts_at(slope);
         store_each(&self.ttft_intercepts_published, &intercepts);
@@ -317,6 +333,7 @@ impl LatencyEstimate {
                 self.ttft_slope_published.load(Ordering::Relaxed),
             ),
             ttft_slope_from_engine: self.engine_speed.slope().is_some(),
+            engine_tokens_per_counted: self.token_scale.engine_per_counted(),
             ttft_intercepts: load_each(&self.ttft_intercepts_published),
             ttft_spreads: load_each(&self.ttft_spreads_published),
             decode: read(&self.decode_published),

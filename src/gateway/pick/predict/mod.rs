@@ -1,7 +1,7 @@
 //! Predicted-latency placement: per-replica latency estimates learned from the gateway's
 //! own streams ([`estimate`], over the line fit in [`fit`] and the TTFT-by-concurrency
 //! curve in [`concurrency`], whose slope per prompt token is the engine's own count
-//! ([`engine_speed`]) or [`envelope`]'s) and the policy that places each request on the least loaded
+//! ([`engine_speed`], read per counted token at [`token_scale`]) or [`envelope`]'s) and the policy that places each request on the least loaded
 //! replica predicted to meet its SLO ([`headroom`]); its predictions are scaled up while a
 //! replica's waiting streams are late ([`overdue`]), and a replica no pick chooses is measured
 //! again at growing intervals ([`remeasure`]).
@@ -16,6 +16,7 @@ pub mod overdue;
 pub mod remeasure;
 #[cfg(test)]
 mod tests;
+pub mod token_scale;
 
 pub use engine_speed::EngineWork;
 pub use estimate::{EngineEntry, EstimateView, LatencyEstimate, LatencyProbe, Predicted};
