@@ -25,6 +25,7 @@ use super::PromptPick;
 use super::affinity::{LoadBound, SessionPlaces, session_places};
 use super::index::Held;
 use super::measured::MeasuredTtft;
+use super::placement_trace;
 use crate::gateway::pick::replica::Replica;
 use crate::openai::request::ChatMessage;
 use crate::prompt_tokens::mix;
@@ -160,6 +161,14 @@ pub fn contenders(
     candidates.dedup();
     if candidates.len() == 1 {
         return Some(Contenders::Alone(places.home));
+    }
+    if placement_trace::enabled() {
+        let judged: Vec<_> = candidates.iter().map(|&i| (i, alone_us(i))).collect();
+        placement_trace::emit_contenders(
+            replicas,
+            (places.home, places.bounded, last, faster),
+            &judged,
+        );
     }
     let held = candidates.iter().map(|&c| held_of(c)).collect();
     Some(Contenders::Several { candidates, held })

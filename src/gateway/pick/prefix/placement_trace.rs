@@ -2,7 +2,8 @@
 //! the blocks it holds of the prompt, its cost and what the cost was made of (its own
 //! in-flight requests, the engine's reported running and waiting, the prefill this gateway
 //! knows is queued there, how late its waiting streams are, its learned prefill slope), and
-//! the replica chosen. Built only when enabled (`RUST_LOG=info,laneway::placement=debug`;
+//! the replica chosen; and, before a conversation's turn contends away from its home,
+//! which rule let it. Built only when enabled (`RUST_LOG=info,laneway::placement=debug`;
 //! it then also takes each candidate's model lock for its sample count), so a pick pays
 //! nothing for it otherwise. It answers "why did this request miss its cache?" request by
 //! request.
@@ -89,6 +90,33 @@ pub fn emit_measured_again(
         let _ = write!(holding, "{separator}{} held={}", replicas[i].name, held.blocks);
     }
     write_line(&replicas[chosen], "measure_again", key, &holding);
+}
+
+/// Writes why a conversation's turn contends among several replicas: its `home`, where
+/// bounded load sends it, where this gateway last placed it, and the replica far faster
+/// alone, with each candidate's time alone as [`super::conversation`] judged it. A turn
+/// that moved shows here which rule let it.
+pub fn emit_contenders(
+    replicas: &[Arc<Replica>],
+    (home, bounded, last, faster): (usize, usize, Option<usize>, Option<usize>),
+    candidates: &[(usize, Option<f64>)],
+) {
+    let name = |i: Option<usize>| i.map_or("-", |i| replicas[i].name.as_str());
+    let mut alone = String::new();
+    for &(i, alone_us) in candidates {
+        let separator = if alone.is_empty() { "" } else { "; " };
+        let us = alone_us.map_or_else(|| "-".to_string(), |us| format!("{:.1}ms", us / 1e3));
+        let _ = write!(alone, "{separator}{} alone={us}", replicas[i].name);
+    }
+    tracing::debug!(
+        target: "laneway::placement",
+        home = replicas[home].name.as_str(),
+        bounded = replicas[bounded].name.as_str(),
+        last = name(last),
+        faster = name(faster),
+        alone,
+        "conversation contends"
+    );
 }
 
 fn write_line(chosen: &Replica, reason: &str, key: &PromptKey, candidates: &str) {
