@@ -1,10 +1,11 @@
 //! Predicted-latency placement: per-replica latency estimates learned from the gateway's
 //! own streams ([`estimate`], over the line fit in [`fit`] and the TTFT-by-concurrency
 //! curve in [`concurrency`], whose slope per prompt token is the engine's own count
-//! ([`engine_speed`], read per counted token at [`token_scale`]) or [`envelope`]'s) and the policy that places each request on the least loaded
-//! replica predicted to meet its SLO ([`headroom`]); its predictions are scaled up while a
-//! replica's waiting streams are late ([`overdue`]), and a replica no pick chooses is measured
-//! again at growing intervals ([`remeasure`]).
+//! ([`engine_speed`], read per counted token at [`token_scale`]) or [`envelope`]'s) and the
+//! policy that places each request on the least loaded replica predicted to meet its SLO
+//! ([`headroom`]); its predictions are scaled up while a replica's waiting streams are late
+//! ([`overdue`]), and a replica no pick chooses is measured again at growing intervals
+//! ([`remeasure`]).
 
 pub mod concurrency;
 pub mod engine_speed;

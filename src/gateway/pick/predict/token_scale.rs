@@ -6,8 +6,7 @@
 //! ([`super::engine_speed`]) give seconds per token of the model's own tokenizer. On the
 //! real `tiny` model the engine counts 2,450 tokens where the gateway counts 1,575, and its
 //! 80 us a token, read as 80 us a counted token, made every prefill ahead look a third
-//! cheaper than it was once the engine's slope replaced the gateway's own: a burst piled
-//! onto the replica that held its prefix.
+//! cheaper than it was once the engine's slope replaced the gateway's own.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -18,16 +17,10 @@ const MIN_COUNTED: u64 = 64;
 const WEIGHT: f64 = 0.05;
 
 /// The learned ratio; 1 until an answer reports its count.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct TokenScale {
-    /// Engine tokens per counted token, as `f64` bits; 0: none learned yet.
+    /// Engine tokens per counted token, as `f64` bits; 0 (the default): none learned yet.
     engine_per_counted_bits: AtomicU64,
-}
-
-impl Default for TokenScale {
-    fn default() -> Self {
-        Self { engine_per_counted_bits: AtomicU64::new(0) }
-    }
 }
 
 impl TokenScale {
