@@ -77,22 +77,22 @@ mod tests {
     fn the_engines_slope_is_read_per_counted_token() {
         use crate::gateway::pick::predict::{EngineWork, LatencyEstimate};
         let estimate = LatencyEstimate::default();
-        // Windows of four prefills of 1,000 uncached engine tokens, 80 us each.
         let mut work = EngineWork::default();
         estimate.observe_engine_work(work);
-        for _ in 0..3 {
+        // A window of four prefills of 1,000 uncached engine tokens, 80 ms each.
+        let mut close_window = || {
             work.prefill_seconds += 4.0 * 0.08;
             work.prefills += 4.0;
             work.computed_tokens += 4000.0;
             estimate.observe_engine_work(work);
+        };
+        for _ in 0..3 {
+            close_window();
         }
         assert!((estimate.ttft_slope() - 80e-6).abs() < 1e-9, "{}", estimate.ttft_slope());
         // The engine counts 1.5 tokens for each the gateway counts.
         estimate.observe_prompt_count(1000, 1500);
-        work.prefill_seconds += 4.0 * 0.08;
-        work.prefills += 4.0;
-        work.computed_tokens += 4000.0;
-        estimate.observe_engine_work(work);
+        close_window();
         assert!((estimate.ttft_slope() - 120e-6).abs() < 1e-9, "{}", estimate.ttft_slope());
     }
 }
