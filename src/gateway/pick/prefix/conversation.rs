@@ -118,10 +118,10 @@ pub fn followed(
 }
 
 /// Where a turn of the conversation `followed` may go among `all` (each holding
-/// `held_by_all` of the prompt): its home (the session's rendezvous replica, or where the
-/// conversation's previous turn went), the replica bounded load sends it to, where this
-/// gateway last placed the session, and a replica far faster than home alone; alone when
-/// they agree.
+/// `held_by_all` of the prompt): its home (where this gateway placed its previous turn, if
+/// that replica holds as much of the prompt as any, else a session's rendezvous replica),
+/// the replica bounded load sends it to, where this gateway last placed the session, and a
+/// replica far faster than home alone; alone when they agree.
 pub fn contenders(
     replicas: &[Arc<Replica>],
     all: &[usize],
@@ -137,6 +137,8 @@ pub fn contenders(
     } else {
         LoadBound::Loose { factor: prompt.config.session_load_factor }
     };
+    let held_of = |i: usize| held_by_all[all.iter().position(|&a| a == i).unwrap_or_default()];
+    let most = held_by_all.iter().map(|h| h.blocks).max().unwrap_or_default();
     let (places, last) = match followed {
         Followed::Session(session) => {
             let places = session_places(replicas, all, session, load)?;
@@ -145,11 +147,15 @@ pub fn contenders(
                 .sessions
                 .recall(session, key.messages)
                 .and_then(|name| all.iter().copied().find(|&c| replicas[c].name_hash == name));
-            (places, last)
+            match last {
+                Some(at) if held_of(at).blocks == most => {
+                    (kept_places(replicas, all, at, places.bounded, load), last)
+                }
+                _ => (places, last),
+            }
         }
         Followed::Continued(at) => (continued_places(replicas, all, at, load), None),
     };
-    let held_of = |i: usize| held_by_all[all.iter().position(|&a| a == i).unwrap_or_default()];
     // Each candidate alone, as if it held what home holds: speed alone.
     let uncached_at_home =
         key.prompt_tokens.saturating_sub(held_of(places.home).blocks as u64 * key.block_size);
@@ -191,6 +197,27 @@ fn continued_places(
         candidates.iter().copied().min_by_key(|&i| in_flight(i)).unwrap_or(home)
     };
     SessionPlaces { home, bounded }
+}
+
+/// A session's places once this gateway placed its previous turn on `at`, which holds as
+/// much of the prompt as any candidate: `at` is its home while within the load bound, and
+/// otherwise it contends with `session_bounded` (the session's rendezvous order under the
+/// bound, where another gateway sends it too). Contending with its rendezvous home on every
+/// turn, a session placed away from home by its first turn's even share went home as soon
+/// as home's queue looked shorter: on four real replicas, 4 of 16 conversations a round
+/// moved at their second or third turn, to a miss, and piled 8 conversations on one replica.
+fn kept_places(
+    replicas: &[Arc<Replica>],
+    candidates: &[usize],
+    at: usize,
+    session_bounded: usize,
+    load: LoadBound,
+) -> SessionPlaces {
+    let in_flight = |i: usize| replicas[i].load.in_flight();
+    let total: u64 = candidates.iter().map(|&i| in_flight(i)).sum();
+    let bounded =
+        if load.admits(in_flight(at), total, candidates.len()) { at } else { session_bounded };
+    SessionPlaces { home: at, bounded }
 }
 
 /// The candidate that alone (`alone_us`: nothing else on it, each as if it held what the

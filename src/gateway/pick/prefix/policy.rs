@@ -9,12 +9,11 @@
 //! Every candidate's TTFT is estimated with its own expected cache hit (the uncached tail
 //! is what it must prefill) and the fastest wins; among equals, the longest hit, then
 //! chance. A conversation's turn ([`conversation`]: a named session's, or a sessionless
-//! chat's next turn) goes home (the session's rendezvous replica, or where the previous turn
-//! went) while home is not overloaded and, for a session, it was last placed there (or is
-//! new); otherwise the same estimate decides between home, the replica bounded load would
-//! send it to and the one it was last placed on. So a conversation cached at home moves
-//! only when a miss elsewhere is faster, and one that moved stays where its cache went
-//! while that is the faster (moving on load alone threw the cache away, and the next turn,
+//! chat's next turn) goes home (where its previous turn went and its history is cached, or
+//! for a session this gateway has not placed, its rendezvous replica) while home is not
+//! overloaded; otherwise the same estimate decides between home and the replica bounded
+//! load would send it to. So a conversation moves only when a miss elsewhere is faster
+//! than its overloaded home (moving on load alone threw the cache away, and the next turn,
 //! back home, missed the moved turn).
 //!
 //! That is the rule "take the longest cached prefix unless its predicted TTFT is worse than

@@ -1,5 +1,6 @@
 //! Sessions on seeded input: rendezvous homes and bounded load, a conversation that leaves
-//! an overloaded or far slower home, and conversations opened at once.
+//! an overloaded or far slower home or stays where its history is, and conversations
+//! opened at once.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -299,6 +300,49 @@ fn a_sessionless_conversation_stays_where_its_last_turn_went_until_that_replica_
     set[elsewhere].load.in_flight.store(2, Ordering::Relaxed);
     assert_eq!(pick(&third), first);
     assert_eq!(pick(&turn(4)), elsewhere, "the next turn follows");
+}
+
+#[test]
+fn a_session_stays_where_its_history_is_though_its_rendezvous_home_looks_faster() {
+    let set = replicas(2);
+    teach(&set[0], 100.0, 5.0);
+    teach(&set[1], 100.0, 5.0);
+    let config = PrefixConfig::default();
+    let router = Arc::new(PrefixRouter::new(&config, &Registry::new()));
+    let request = RequestShape { prompt_tokens: 300, slo: EntrySlo::default() };
+    let pick = |key: &PromptKey| {
+        let prompt = PromptPick { key, router: &router, config: &config };
+        PrefixAware::measured(5).pick_prompt(&set, &context(), &prompt, &request).unwrap()
+    };
+    let home = session_places(&set, &[0, 1], hash_bytes(b"conversation-7"), LOOSE).unwrap().home;
+    let away = 1 - home;
+    // Its first turn finds home at its even share (two in flight, none elsewhere) and goes
+    // away, where its history is then cached.
+    set[home].load.in_flight.store(2, Ordering::Relaxed);
+    let first = conversation_turn(7, 1);
+    assert_eq!(pick(&first), away);
+    router.place(&set[away], &first).prefill_done();
+    set[home].load.in_flight.store(0, Ordering::Relaxed);
+    // Away now owes 2,000 tokens of others' prefill (about 200 ms) and has two streams,
+    // home none: within the bound (1.25 * 1 + 1), the second turn stays with its history,
+    // though its rendezvous home would answer a miss sooner.
+    let owed = LatencyProbe::begin(set[away].clone(), 2000, &context(), EngineEntry::AtPlacement);
+    set[away].load.in_flight.store(2, Ordering::Relaxed);
+    let second = conversation_turn(7, 2);
+    assert_eq!(pick(&second), away);
+    let unplaced = Arc::new(PrefixRouter::new(&config, &Registry::new()));
+    let prompt = PromptPick { key: &second, router: &unplaced, config: &config };
+    let from_another_gateway =
+        PrefixAware::measured(5).pick_prompt(&set, &context(), &prompt, &request).unwrap();
+    assert_eq!(from_another_gateway, home, "a gateway that placed none of it sends it home");
+    // Six streams: overloaded (the bound is 4.75), and the miss at home, its history
+    // charged, is faster than the queue: it goes home, and its next turn follows it there.
+    set[away].load.in_flight.store(6, Ordering::Relaxed);
+    assert_eq!(pick(&second), home);
+    router.place(&set[home], &second).prefill_done();
+    drop(owed);
+    set[away].load.in_flight.store(0, Ordering::Relaxed);
+    assert_eq!(pick(&conversation_turn(7, 3)), home);
 }
 
 /// A sessionless chat prompt of `messages` (role, text).
