@@ -15,9 +15,10 @@
 //! than a miss, and load moved cached prefixes away. The engine's count has no such share.
 //!
 //! The fit is published once [`MIN_WINDOWS`] windows have closed. Where their shares of
-//! cached tokens differ enough to tell the two terms apart, `b` is the fitted slope; where
-//! they do not (every request about one size: a conversation's turns), it is the line
-//! through the origin, `seconds / tokens` over the windows, each request's fixed cost
+//! cached tokens differ enough to tell the two terms apart and the fitted `b` stands clear
+//! of the windows' noise ([`MIN_T_STATISTIC`]), `b` is the fitted slope; where they do not
+//! (every request about one size: a conversation's turns; the first few windows of hits
+//! and misses sharing steps), it is the line through the origin, `seconds / tokens` over the windows, each request's fixed cost
 //! spread over its tokens. That overstates the cost of a token by a request's fixed cost
 //! over its size and by the other prefills that shared its steps (197 us a counted token on
 //! a real conversation workload, predicting 370-490 ms for first tokens that came in 135 ms
@@ -47,6 +48,13 @@ const MIN_WINDOWS: u32 = 3;
 /// first. Shared prefixes (hits and misses in each window) and mixed sizes read 0.15-0.25.
 /// Below it, the line through the origin is read instead (see the module).
 const MIN_INDEPENDENCE: f64 = 0.08;
+/// How many standard errors the fitted slope must stand above zero to be read. A request's
+/// prefill time is the time of the engine steps it shared, so a cache hit scheduled beside
+/// a miss's chunk took about as long as the miss: on three real replicas, fits of the first
+/// three to five windows of a shared-prefix workload read 2.4-9 us a token (a miss looked
+/// as cheap as a hit, and misses were placed as if free) before settling at 55-180. Below
+/// it, the line through the origin is read instead.
+const MIN_T_STATISTIC: f64 = 2.0;
 
 /// The engine's cumulative counters of finished requests, summed over its engines, as one
 /// scrape read them.
@@ -92,8 +100,10 @@ struct Fit {
     last: Option<EngineWork>,
     window: EngineWork,
     /// Decayed sums over windows of requests `n`, uncached tokens `u` and seconds `t`:
-    /// n*n, n*u, u*u, n*t, u*t.
-    sums: [f64; 5],
+    /// n*n, n*u, u*u, n*t, u*t, t*t.
+    sums: [f64; 6],
+    /// The windows' decayed weights summed: how many the sums count.
+    weight: f64,
     windows: u32,
 }
 
@@ -123,9 +133,10 @@ impl EngineSpeed {
         for sum in &mut fit.sums {
             *sum *= DECAY;
         }
-        for (sum, term) in fit.sums.iter_mut().zip([n * n, n * u, u * u, n * t, u * t]) {
+        for (sum, term) in fit.sums.iter_mut().zip([n * n, n * u, u * u, n * t, u * t, t * t]) {
             *sum += term;
         }
+        fit.weight = fit.weight * DECAY + 1.0;
         fit.windows += 1;
         let slope = fit.slope()?;
         self.slope_bits.store(slope.to_bits(), Ordering::Relaxed);
@@ -135,13 +146,14 @@ impl EngineSpeed {
 
 impl Fit {
     /// `b` of `t = a * n + b * u`, with `a` at least zero, where the windows tell the terms
-    /// apart; else the line through the origin, `t = b * u`. `None` before
-    /// [`MIN_WINDOWS`] windows, or if the tokens took no time.
+    /// apart and `b` stands [`MIN_T_STATISTIC`] standard errors above zero; else the line
+    /// through the origin, `t = b * u`. `None` before [`MIN_WINDOWS`] windows, or if the
+    /// tokens took no time.
     fn slope(&self) -> Option<f64> {
         if self.windows < MIN_WINDOWS {
             return None;
         }
-        let [nn, nu, uu, nt, ut] = self.sums;
+        let [nn, nu, uu, nt, ut, tt] = self.sums;
         if uu <= 0.0 {
             return None;
         }
@@ -152,10 +164,20 @@ impl Fit {
             through_origin
         } else {
             let per_request = (uu * nt - nu * ut) / determinant;
-            if per_request >= 0.0 {
-                (nn * ut - nu * nt) / determinant
+            let per_token = (nn * ut - nu * nt) / determinant;
+            // The residuals' variance over the windows' degrees of freedom, and the
+            // slope's standard error from it.
+            let residuals = (tt - per_request * nt - per_token * ut).max(0.0);
+            let freedom = self.weight - 2.0;
+            let standard_error = if freedom > 0.0 {
+                (residuals / freedom * nn / determinant).sqrt()
             } else {
-                // No fixed cost per request.
+                f64::INFINITY
+            };
+            if per_request >= 0.0 && per_token >= MIN_T_STATISTIC * standard_error {
+                per_token
+            } else {
+                // No fixed cost per request, or none told apart from the steps' noise.
                 through_origin
             }
         };
@@ -249,6 +271,49 @@ mod tests {
         assert!(high < low * 1.15, "{slopes:?}");
         // 23 us a token plus 10 ms spread over about 485 tokens.
         assert!(slopes.iter().all(|s| (38e-6..50e-6).contains(s)), "{slopes:?}");
+    }
+
+    #[test]
+    fn a_slope_not_told_from_the_steps_noise_is_read_through_the_origin() {
+        // Shared prefixes' first windows: a hit scheduled beside a miss's chunk took about
+        // as long as the miss, so each window's seconds follow its requests, barely its
+        // uncached tokens (four requests, one to three of them misses of 3,000 tokens).
+        let speed = EngineSpeed::default();
+        let mut work = EngineWork::default();
+        speed.observe(work);
+        let windows = [(1.0, 0.19), (3.0, 0.23), (2.0, 0.18), (1.0, 0.21), (3.0, 0.20)];
+        for (misses, seconds_each) in windows {
+            work.add(EngineWork {
+                prefill_seconds: 4.0 * seconds_each,
+                prefills: 4.0,
+                computed_tokens: misses * 3000.0 + (4.0 - misses) * 100.0,
+            });
+            speed.observe(work);
+        }
+        let fit = speed.fit.lock();
+        let [nn, nu, uu, nt, ut, _] = fit.sums;
+        let fitted = (nn * ut - nu * nt) / (nn * uu - nu * nu);
+        let through_origin = ut / uu;
+        drop(fit);
+        // Fitted, a token would cost a few microseconds and a miss about what a hit does.
+        assert!(fitted > 0.0 && fitted < through_origin / 10.0, "{fitted} {through_origin}");
+        let slope = speed.slope().unwrap();
+        assert!((slope - through_origin).abs() < 1e-12, "{slope} {through_origin}");
+        // Windows whose seconds follow their tokens (0.01 s a request, 80 us a token, 5%
+        // either way) are read as fitted again once they outweigh the first ones.
+        for window in 0..20 {
+            let misses = [1.0, 3.0, 2.0, 0.0][window % 4];
+            let noise = [1.05, 0.95, 1.0, 1.02, 0.98][window % 5];
+            let uncached = misses * 3000.0 + (4.0 - misses) * 100.0;
+            work.add(EngineWork {
+                prefill_seconds: (4.0 * 0.01 + 80e-6 * uncached) * noise,
+                prefills: 4.0,
+                computed_tokens: uncached,
+            });
+            speed.observe(work);
+        }
+        let slope = speed.slope().unwrap();
+        assert!((70e-6..90e-6).contains(&slope), "{slope}");
     }
 
     #[test]
