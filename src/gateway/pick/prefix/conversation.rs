@@ -148,13 +148,19 @@ pub fn contenders(
                 .recall(session, key.messages)
                 .and_then(|name| all.iter().copied().find(|&c| replicas[c].name_hash == name));
             match last {
+                // Where its history is: that replica, or the rendezvous order's under the
+                // bound (where another gateway sends it too).
                 Some(at) if held_of(at).blocks == most => {
-                    (kept_places(replicas, all, at, places.bounded, load), last)
+                    (places_at(replicas, all, at, load, || places.bounded), last)
                 }
                 _ => (places, last),
             }
         }
-        Followed::Continued(at) => (continued_places(replicas, all, at, load), None),
+        Followed::Continued(at) => {
+            let least_loaded =
+                || all.iter().copied().min_by_key(|&i| replicas[i].load.in_flight()).unwrap_or(at);
+            (places_at(replicas, all, at, load, least_loaded), None)
+        }
     };
     // Each candidate alone, as if it held what home holds: speed alone.
     let uncached_at_home =
@@ -180,44 +186,24 @@ pub fn contenders(
     Some(Contenders::Several { candidates, held })
 }
 
-/// A continued conversation's places: its home is where its previous turn went, and bounded
-/// load sends it there while that replica is not overloaded, else to the least-loaded
-/// candidate.
-fn continued_places(
+/// The places of a conversation whose history is cached at `home` (where this gateway placed
+/// its previous turn): bounded load sends it there while that replica is not overloaded, else
+/// to `elsewhere`. A named session contending with its rendezvous home on every turn instead,
+/// one placed away from home by its first turn's even share went home as soon as home's
+/// queue looked shorter: on four real replicas, 4 of 16 conversations a round moved at their
+/// second or third turn, to a miss, and piled 8 conversations on one replica.
+fn places_at(
     replicas: &[Arc<Replica>],
     candidates: &[usize],
     home: usize,
     load: LoadBound,
-) -> SessionPlaces {
-    let in_flight = |i: usize| replicas[i].load.in_flight();
-    let total: u64 = candidates.iter().map(|&i| in_flight(i)).sum();
-    let bounded = if load.admits(in_flight(home), total, candidates.len()) {
-        home
-    } else {
-        candidates.iter().copied().min_by_key(|&i| in_flight(i)).unwrap_or(home)
-    };
-    SessionPlaces { home, bounded }
-}
-
-/// A session's places once this gateway placed its previous turn on `at`, which holds as
-/// much of the prompt as any candidate: `at` is its home while within the load bound, and
-/// otherwise it contends with `session_bounded` (the session's rendezvous order under the
-/// bound, where another gateway sends it too). Contending with its rendezvous home on every
-/// turn, a session placed away from home by its first turn's even share went home as soon
-/// as home's queue looked shorter: on four real replicas, 4 of 16 conversations a round
-/// moved at their second or third turn, to a miss, and piled 8 conversations on one replica.
-fn kept_places(
-    replicas: &[Arc<Replica>],
-    candidates: &[usize],
-    at: usize,
-    session_bounded: usize,
-    load: LoadBound,
+    elsewhere: impl FnOnce() -> usize,
 ) -> SessionPlaces {
     let in_flight = |i: usize| replicas[i].load.in_flight();
     let total: u64 = candidates.iter().map(|&i| in_flight(i)).sum();
     let bounded =
-        if load.admits(in_flight(at), total, candidates.len()) { at } else { session_bounded };
-    SessionPlaces { home: at, bounded }
+        if load.admits(in_flight(home), total, candidates.len()) { home } else { elsewhere() };
+    SessionPlaces { home, bounded }
 }
 
 /// The candidate that alone (`alone_us`: nothing else on it, each as if it held what the
