@@ -54,7 +54,7 @@ const MIN_INDEPENDENCE: f64 = 0.08;
 /// three to five windows of a shared-prefix workload read 2.4-9 us a token (a miss looked
 /// as cheap as a hit, and misses were placed as if free) before settling at 55-180. Below
 /// it, the line through the origin is read instead: on that workload it read 270-290 us a
-/// token until the fit stood clear, a few dozen first tokens in.
+/// token until the fit stood clear, after about fifty requests on the replica.
 const MIN_T_STATISTIC: f64 = 2.0;
 
 /// The engine's cumulative counters of finished requests, summed over its engines, as one
