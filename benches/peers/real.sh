@@ -166,6 +166,10 @@ real_fleet_up() {
     local api="$1" url
     if [[ -n "$REAL_REPLICAS" ]]; then
         IFS=, read -ra REAL_URLS <<<"$REAL_REPLICAS"
+        if ((${#REAL_URLS[@]} < 2)); then
+            log "REAL_REPLICAS=$REAL_REPLICAS: want two replicas or more, comma-separated"
+            return 1
+        fi
         for url in "${REAL_URLS[@]}"; do
             if [[ "$url" != http://* ]] || ! curl -sf -m 5 -o /dev/null "$url/health"; then
                 log "REAL_REPLICAS=$REAL_REPLICAS: want healthy http://HOST:PORT replicas, comma-separated"
