@@ -138,10 +138,10 @@ pub fn contenders(
         LoadBound::Loose { factor: prompt.config.session_load_factor }
     };
     let held_of = |i: usize| held_by_all[all.iter().position(|&a| a == i).unwrap_or_default()];
-    let most = held_by_all.iter().map(|h| h.blocks).max().unwrap_or_default();
     let (places, last) = match followed {
         Followed::Session(session) => {
             let places = session_places(replicas, all, session, load)?;
+            let most = held_by_all.iter().map(|h| h.blocks).max().unwrap_or_default();
             let last = prompt
                 .router
                 .sessions

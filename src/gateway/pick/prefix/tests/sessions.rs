@@ -70,6 +70,32 @@ fn an_overloaded_session_replica_sheds_new_requests_until_it_recovers() {
     assert_eq!(bounded(&set, &all, session), home);
 }
 
+/// Two replicas taught 100 us a token, judged by `prefix_latency` for requests of one size.
+struct MeasuredPair {
+    set: Vec<Arc<crate::gateway::pick::Replica>>,
+    router: Arc<PrefixRouter>,
+    config: PrefixConfig,
+    request: RequestShape,
+}
+
+impl MeasuredPair {
+    fn new(prompt_tokens: u64) -> Self {
+        let set = replicas(2);
+        teach(&set[0], 100.0, 5.0);
+        teach(&set[1], 100.0, 5.0);
+        let config = PrefixConfig::default();
+        let router = Arc::new(PrefixRouter::new(&config, &Registry::new()));
+        let request = RequestShape { prompt_tokens, slo: EntrySlo::default() };
+        Self { set, router, config, request }
+    }
+
+    /// Where a gateway whose memory is `router` places `key`.
+    fn pick(&self, router: &PrefixRouter, key: &PromptKey) -> usize {
+        let prompt = PromptPick { key, router, config: &self.config };
+        PrefixAware::measured(5).pick_prompt(&self.set, &context(), &prompt, &self.request).unwrap()
+    }
+}
+
 /// Turn `turn` (from 0) of a conversation: a shared system message of `shared` tokens, the
 /// earlier questions and answers (16 tokens each) and a new question.
 fn chat_turn(shared: u64, turn: u64, headers: &HeaderMap) -> PromptKey {
@@ -257,16 +283,9 @@ fn conversations_opened_at_once_spread_evenly_and_their_next_turns_follow() {
 
 #[test]
 fn a_sessionless_conversation_stays_where_its_last_turn_went_until_that_replica_is_overloaded() {
-    let set = replicas(2);
-    teach(&set[0], 100.0, 5.0);
-    teach(&set[1], 100.0, 5.0);
-    let config = PrefixConfig::default();
-    let router = Arc::new(PrefixRouter::new(&config, &Registry::new()));
-    let request = RequestShape { prompt_tokens: 300, slo: EntrySlo::default() };
-    let pick = |key: &PromptKey| {
-        let prompt = PromptPick { key, router: &router, config: &config };
-        PrefixAware::measured(5).pick_prompt(&set, &context(), &prompt, &request).unwrap()
-    };
+    let pair = MeasuredPair::new(300);
+    let (set, router) = (&pair.set, &pair.router);
+    let pick = |key: &PromptKey| pair.pick(router, key);
     let turn = |turns: u64| conversation_prompt(7, turns, &HeaderMap::new());
     let first = pick(&turn(1));
     let elsewhere = 1 - first;
@@ -304,17 +323,10 @@ fn a_sessionless_conversation_stays_where_its_last_turn_went_until_that_replica_
 
 #[test]
 fn a_session_stays_where_its_history_is_though_its_rendezvous_home_looks_faster() {
-    let set = replicas(2);
-    teach(&set[0], 100.0, 5.0);
-    teach(&set[1], 100.0, 5.0);
-    let config = PrefixConfig::default();
-    let router = Arc::new(PrefixRouter::new(&config, &Registry::new()));
-    let request = RequestShape { prompt_tokens: 300, slo: EntrySlo::default() };
-    let pick = |key: &PromptKey| {
-        let prompt = PromptPick { key, router: &router, config: &config };
-        PrefixAware::measured(5).pick_prompt(&set, &context(), &prompt, &request).unwrap()
-    };
-    let home = session_places(&set, &[0, 1], hash_bytes(b"conversation-7"), LOOSE).unwrap().home;
+    let pair = MeasuredPair::new(300);
+    let (set, router) = (&pair.set, &pair.router);
+    let pick = |key: &PromptKey| pair.pick(router, key);
+    let home = session_places(set, &[0, 1], hash_bytes(b"conversation-7"), LOOSE).unwrap().home;
     let away = 1 - home;
     // Its first turn finds home at its even share (two in flight, none elsewhere) and goes
     // away, where its history is then cached.
@@ -330,10 +342,8 @@ fn a_session_stays_where_its_history_is_though_its_rendezvous_home_looks_faster(
     set[away].load.in_flight.store(2, Ordering::Relaxed);
     let second = conversation_turn(7, 2);
     assert_eq!(pick(&second), away);
-    let unplaced = Arc::new(PrefixRouter::new(&config, &Registry::new()));
-    let prompt = PromptPick { key: &second, router: &unplaced, config: &config };
-    let from_another_gateway =
-        PrefixAware::measured(5).pick_prompt(&set, &context(), &prompt, &request).unwrap();
+    let unplaced = PrefixRouter::new(&pair.config, &Registry::new());
+    let from_another_gateway = pair.pick(&unplaced, &second);
     assert_eq!(from_another_gateway, home, "a gateway that placed none of it sends it home");
     // Six streams: overloaded (the bound is 4.75), and the miss at home, its history
     // charged, is faster than the queue: it goes home, and its next turn follows it there.
@@ -358,16 +368,9 @@ fn chat(messages: &[(&str, &str)]) -> PromptKey {
 
 #[test]
 fn conversations_opened_alike_are_followed_only_to_where_their_own_history_is() {
-    let set = replicas(2);
-    teach(&set[0], 100.0, 5.0);
-    teach(&set[1], 100.0, 5.0);
-    let config = PrefixConfig::default();
-    let router = Arc::new(PrefixRouter::new(&config, &Registry::new()));
-    let request = RequestShape { prompt_tokens: 1000, slo: EntrySlo::default() };
-    let pick = |key: &PromptKey| {
-        let prompt = PromptPick { key, router: &router, config: &config };
-        PrefixAware::measured(5).pick_prompt(&set, &context(), &prompt, &request).unwrap()
-    };
+    let pair = MeasuredPair::new(1000);
+    let (set, router) = (&pair.set, &pair.router);
+    let pick = |key: &PromptKey| pair.pick(router, key);
     let text = |seed: u64, tokens: u64| synthetic_text(tokens, &mut StdRng::seed_from_u64(seed));
     let (system, question) = (text(1, 300), text(2, 20));
     let (answer_a, next_a, answer_b, next_b) =
