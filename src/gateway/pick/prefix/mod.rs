@@ -19,6 +19,7 @@ pub mod model_tokenizer;
 pub mod placement_store;
 pub mod placement_trace;
 pub mod policy;
+pub mod reuse;
 pub mod segment_cache;
 pub mod sessions;
 pub mod ttft;
@@ -41,6 +42,7 @@ pub use engine_tokens::EngineTokens;
 pub use feedback::{Prediction, PrefixFeedback};
 pub use index::BlockIndex;
 pub use placement_store::{FIRST_CHECKPOINT, PlacementStore, SharedPlacement, checkpoints};
+pub use reuse::RecentReuse;
 pub use sessions::SessionMemory;
 pub use ttft::{QueueTtft, TtftEstimate};
 
@@ -143,6 +145,8 @@ pub struct PrefixRouter {
     pub index: BlockIndex,
     /// Where each session was last placed.
     pub sessions: SessionMemory,
+    /// How much of the recent prompts was expected cached where they went.
+    pub reuse: RecentReuse,
     /// Placements shared with other gateways, if a store is configured.
     shared: Option<Shared>,
     metrics: PrefixMetrics,
@@ -226,6 +230,7 @@ impl PrefixRouter {
         Self {
             index: BlockIndex::new(config.index_bytes),
             sessions: SessionMemory::default(),
+            reuse: RecentReuse::default(),
             shared: None,
             metrics: PrefixMetrics { tokens, index_bytes, corrected, cache_blocks },
         }
@@ -314,6 +319,7 @@ impl PrefixRouter {
         placed.previous.truncate(placed.matched);
         self.metrics.index_bytes.set(self.index.bytes() as i64);
         let cached = engine_held::cached_blocks(replica, key, &placed) as u64 * key.block_size;
+        self.reuse.observe(cached, key.prompt_tokens);
         let owed = key.prompt_tokens.saturating_sub(cached);
         replica.load.prefill_owed_tokens.fetch_add(owed, Ordering::Relaxed);
         let prediction = Prediction {

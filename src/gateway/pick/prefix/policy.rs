@@ -25,6 +25,7 @@
 
 use std::sync::Arc;
 
+use super::PromptPick;
 use super::conversation::{self, Contenders};
 use super::cost::{Choice, MEASURED_TIE, Tie, fastest};
 use super::engine_held::with_engine_caches;
@@ -32,7 +33,6 @@ use super::index::Held;
 use super::measured::{MeasuredTtft, OneSpreadAbove};
 use super::placement_trace;
 use super::ttft::{QueueTtft, TtftEstimate};
-use super::{PromptKey, PromptPick};
 use crate::gateway::clock;
 use crate::gateway::pick::draw::Draws;
 use crate::gateway::pick::least_queue::{self, LeastQueue};
@@ -129,7 +129,7 @@ impl Policy for PrefixAware {
         };
         if self.measured
             && let Some(stale) =
-                stale_equal(replicas, &candidates, &held, prompt.key, &estimate, request, context)
+                stale_equal(replicas, &candidates, &held, prompt, &estimate, request, context)
         {
             if placement_trace::enabled() {
                 placement_trace::emit_measured_again(
@@ -172,7 +172,9 @@ impl Policy for PrefixAware {
 /// matters there, even if the prediction is right), and has had no request of this size
 /// placed on it for its measure-again interval (a second at first, doubling with each such
 /// request in a row: [`Remeasure`](crate::gateway::pick::predict::remeasure::Remeasure));
-/// the stalest of them.
+/// the stalest of them. None for a prompt mostly new to every candidate while recent
+/// prompts were mostly found cached ([`super::RecentReuse`]): where it goes, the prompts that share
+/// its prefix follow, and a replica measured again because it is slower would keep them.
 ///
 /// A replica that no pick chooses is never measured again, and its estimate stays what it
 /// was: two replicas that learned high first-token intercepts while a third was out of
@@ -187,13 +189,18 @@ fn stale_equal(
     replicas: &[Arc<Replica>],
     candidates: &[usize],
     held: &[Held],
-    key: &PromptKey,
+    prompt: &PromptPick<'_>,
     estimate: &dyn TtftEstimate,
     request: &RequestShape,
     context: &PickContext,
 ) -> Option<usize> {
+    let key = prompt.key;
     let most = held.iter().map(|h| h.blocks).max()?;
     let uncached = key.prompt_tokens.saturating_sub(most as u64 * key.block_size);
+    let starts_a_prefix = key.hittable().len() > most && 2 * uncached >= key.prompt_tokens;
+    if starts_a_prefix && prompt.router.reuse.new_prompts_are_followed() {
+        return None;
+    }
     let now = clock::micros_at(context.now);
     let load = |i: usize| least_queue::score(&replicas[i], context);
     let least = candidates.iter().map(|&i| load(i)).fold(f64::INFINITY, f64::min);
@@ -219,6 +226,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::*;
+    use crate::gateway::pick::prefix::PromptKey;
     use prometheus::Registry;
 
     use crate::gateway::config::{EntrySlo, PrefixConfig};
@@ -265,8 +273,11 @@ mod tests {
         let request = RequestShape { prompt_tokens: 600, slo: EntrySlo::default() };
         let configured =
             MeasuredTtft::Configured(QueueTtft { prefill_us_per_token: 75.0, request_us: 1000.0 });
+        let config = PrefixConfig::default();
+        let router = distinct_prompts_placed();
         let stale = |held: &[Held], key: &PromptKey, seconds: f64| {
-            stale_equal(&set, &[0, 1], held, key, &configured, &request, &at(seconds))
+            let prompt = PromptPick { key, router: &router, config: &config };
+            stale_equal(&set, &[0, 1], held, &prompt, &configured, &request, &at(seconds))
         };
         assert_eq!(stale(&BOTH_HOLD_IT, &key(), 0.5), None);
         placed(0, 88, at(1.0).now);
@@ -299,14 +310,38 @@ mod tests {
         let nothing_held = [Held { blocks: 0, computing: false }; 2];
         let long = PromptKey { prompt_tokens: 4000, ..key() };
         placed(0, 4000, at(1.0).now);
-        let stale_for = |key: &PromptKey| {
-            stale_equal(&set, &[0, 1], &nothing_held, key, &learned, &request, &at(1.8))
+        let stale_in = |router: &PrefixRouter, key: &PromptKey| {
+            let prompt = PromptPick { key, router, config: &config };
+            stale_equal(&set, &[0, 1], &nothing_held, &prompt, &learned, &request, &at(1.8))
         };
-        assert_eq!(stale_for(&long), None);
+        assert_eq!(stale_in(&router, &long), None);
         // A 300-token one it answers in about 0.3 s: measured again with that.
         let short = PromptKey { prompt_tokens: 300, ..key() };
         placed(0, 300, at(1.0).now);
-        assert_eq!(stale_for(&short), Some(1));
+        assert_eq!(stale_in(&router, &short), Some(1));
+
+        // Where the prompts placed so far were mostly found cached, a new one likely starts
+        // a group that will follow it: it measures nothing again, and goes where it is
+        // fastest. A prompt both hold still measures r1 again.
+        let reused = PrefixRouter::new(&config, &Registry::new());
+        for _ in 0..64 {
+            reused.reuse.observe(900, 1000);
+        }
+        assert_eq!(stale_in(&reused, &short), None);
+        let prompt = PromptPick { key: &key(), router: &reused, config: &config };
+        assert_eq!(
+            stale_equal(&set, &[0, 1], &BOTH_HOLD_IT, &prompt, &learned, &request, &at(1.8)),
+            Some(1)
+        );
+    }
+
+    /// A router whose placements so far were distinct prompts, none found cached.
+    fn distinct_prompts_placed() -> PrefixRouter {
+        let router = PrefixRouter::new(&PrefixConfig::default(), &Registry::new());
+        for _ in 0..64 {
+            router.reuse.observe(0, 1000);
+        }
+        router
     }
 
     #[test]
@@ -314,7 +349,7 @@ mod tests {
         let set = replicas(2);
         teach(&set[0], 100.0, 5.0);
         teach(&set[1], 1000.0, 5.0);
-        let router = PrefixRouter::new(&PrefixConfig::default(), &Registry::new());
+        let router = distinct_prompts_placed();
         let config = PrefixConfig::default();
         let policy = PrefixAware::measured(5);
         // 300 tokens, nothing cached: about 40 ms on r0, 310 ms on r1 (within the 1 s

@@ -1,0 +1,103 @@
+//! How much of the recent prompts this gateway placed was expected cached where they went
+//! ([`RecentReuse`]): the traffic's prefix reuse. Where most of it was, a prompt new to every
+//! replica is likely the first of a group that will follow it (a shared context's first
+//! request, a conversation's first turn), and the replica it goes to becomes that group's
+//! home; where little was (distinct prompts), it is likely asked once.
+//!
+//! `prefix_latency` reads it before measuring a replica again with a new prompt
+//! ([`super::policy`]): on three real replicas, two sharing a core and four times slower at
+//! prefill, the first request of five of eight shared contexts a round was sent to measure a
+//! slower replica again, and every later request of those contexts hit there, each slower
+//! than on the fast replica.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// About how many prompts the share is taken over: each placement weighs `1 / WINDOW`.
+const WINDOW: f64 = 32.0;
+
+/// From this share of cached prompt tokens on, a new prompt is expected to be followed: a
+/// group whose later requests hit is cached for at least as many tokens as its first
+/// request computes, so the share reaches a half once each new prefix is asked for again.
+const FOLLOWED_FROM: f64 = 0.5;
+
+/// The decayed share of placed prompt tokens that were expected cached.
+#[derive(Debug)]
+pub struct RecentReuse {
+    /// The share, as the bits of an `f64`.
+    share_bits: AtomicU64,
+}
+
+impl Default for RecentReuse {
+    /// Before any placement the traffic is taken to reuse its prefixes: a fresh gateway
+    /// does not measure replicas again with prompts that may become a group's home until
+    /// its traffic shows that they do not.
+    fn default() -> Self {
+        Self { share_bits: AtomicU64::new(1.0f64.to_bits()) }
+    }
+}
+
+impl RecentReuse {
+    /// A prompt of `prompt_tokens` was placed where `cached_tokens` of it were expected.
+    pub fn observe(&self, cached_tokens: u64, prompt_tokens: u64) {
+        if prompt_tokens == 0 {
+            return;
+        }
+        let placed = (cached_tokens.min(prompt_tokens) as f64) / prompt_tokens as f64;
+        let _ = self.share_bits.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
+            let share = f64::from_bits(bits);
+            Some((share + (placed - share) / WINDOW).to_bits())
+        });
+    }
+
+    /// The decayed share of placed prompt tokens expected cached, 0 to 1.
+    pub fn share(&self) -> f64 {
+        f64::from_bits(self.share_bits.load(Ordering::Relaxed))
+    }
+
+    /// Whether a prompt new to every replica is expected to be followed by others that
+    /// share its prefix.
+    pub fn new_prompts_are_followed(&self) -> bool {
+        self.share() >= FOLLOWED_FROM
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn distinct_prompts_bring_the_share_down_and_shared_contexts_bring_it_back() {
+        let reuse = RecentReuse::default();
+        assert!(reuse.new_prompts_are_followed());
+        // Distinct 500-token prompts, only a 16-token chat template cached: from the 23rd
+        // on (0.032 + 0.968 * (31/32)^23 < 0.5), new prompts are no longer expected to be
+        // followed.
+        let distinct = (0..).take_while(|_| {
+            reuse.observe(16, 500);
+            reuse.new_prompts_are_followed()
+        });
+        assert_eq!(distinct.count(), 22);
+        assert!(reuse.share() < 0.5);
+        // Then a shared 3,000-token context, asked for again and again: its first request
+        // computes everything, each later one hits all but its 100-token question.
+        reuse.observe(0, 3100);
+        let shared = (0..).take_while(|_| {
+            reuse.observe(3000, 3100);
+            !reuse.new_prompts_are_followed()
+        });
+        assert!(shared.count() < 32);
+        assert!(reuse.new_prompts_are_followed());
+    }
+
+    #[test]
+    fn a_prompt_of_no_tokens_changes_nothing() {
+        let reuse = RecentReuse::default();
+        reuse.observe(0, 100);
+        let share = reuse.share();
+        reuse.observe(0, 0);
+        assert_eq!(reuse.share(), share);
+        // Cached tokens past the prompt's count as the whole prompt.
+        reuse.observe(500, 100);
+        assert!(reuse.share() > share && reuse.share() <= 1.0);
+    }
+}
