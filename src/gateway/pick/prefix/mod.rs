@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use http::HeaderMap;
-use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{Gauge, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 use super::replica::Replica;
 use crate::gateway::config::PrefixConfig;
@@ -190,6 +190,8 @@ struct PrefixMetrics {
     /// Per replica, the cache blocks an eviction taught it holds, and those the index
     /// holds for it now.
     cache_blocks: IntGaugeVec,
+    /// [`RecentReuse::share`].
+    reuse: Gauge,
 }
 
 impl PrefixRouter {
@@ -223,6 +225,15 @@ impl PrefixRouter {
             &["replica", "figure"],
         )
         .expect("valid");
+        let reuse = Gauge::new(
+            "laneway_prefix_recent_reuse",
+            "Decayed mean share of a placed prompt's tokens expected cached where it went; from \
+             0.5 on, a prompt new to every replica is not sent to measure one again",
+        )
+        .expect("valid");
+        let recent_reuse = RecentReuse::default();
+        reuse.set(recent_reuse.share());
+        registry.register(Box::new(reuse.clone())).expect("unique metric name");
         registry.register(Box::new(tokens.clone())).expect("unique metric name");
         registry.register(Box::new(index_bytes.clone())).expect("unique metric name");
         registry.register(Box::new(corrected.clone())).expect("unique metric name");
@@ -230,9 +241,9 @@ impl PrefixRouter {
         Self {
             index: BlockIndex::new(config.index_bytes),
             sessions: SessionMemory::default(),
-            reuse: RecentReuse::default(),
+            reuse: recent_reuse,
             shared: None,
-            metrics: PrefixMetrics { tokens, index_bytes, corrected, cache_blocks },
+            metrics: PrefixMetrics { tokens, index_bytes, corrected, cache_blocks, reuse },
         }
     }
 
@@ -319,7 +330,10 @@ impl PrefixRouter {
         placed.previous.truncate(placed.matched);
         self.metrics.index_bytes.set(self.index.bytes() as i64);
         let cached = engine_held::cached_blocks(replica, key, &placed) as u64 * key.block_size;
-        self.reuse.observe(cached, key.prompt_tokens);
+        if key.max_hit_blocks > 0 {
+            self.reuse.observe(cached, key.prompt_tokens);
+            self.metrics.reuse.set(self.reuse.share());
+        }
         let owed = key.prompt_tokens.saturating_sub(cached);
         replica.load.prefill_owed_tokens.fetch_add(owed, Ordering::Relaxed);
         let prediction = Prediction {

@@ -273,8 +273,9 @@ mod tests {
         let request = RequestShape { prompt_tokens: 600, slo: EntrySlo::default() };
         let configured =
             MeasuredTtft::Configured(QueueTtft { prefill_us_per_token: 75.0, request_us: 1000.0 });
+        // A fresh router: no reuse known, so new prompts measure replicas again.
         let config = PrefixConfig::default();
-        let router = distinct_prompts_placed();
+        let router = PrefixRouter::new(&config, &Registry::new());
         let stale = |held: &[Held], key: &PromptKey, seconds: f64| {
             let prompt = PromptPick { key, router: &router, config: &config };
             stale_equal(&set, &[0, 1], held, &prompt, &configured, &request, &at(seconds))
@@ -335,21 +336,12 @@ mod tests {
         );
     }
 
-    /// A router whose placements so far were distinct prompts, none found cached.
-    fn distinct_prompts_placed() -> PrefixRouter {
-        let router = PrefixRouter::new(&PrefixConfig::default(), &Registry::new());
-        for _ in 0..64 {
-            router.reuse.observe(0, 1000);
-        }
-        router
-    }
-
     #[test]
     fn a_slower_replica_is_measured_again_less_and_less_often_until_it_answers_far_sooner() {
         let set = replicas(2);
         teach(&set[0], 100.0, 5.0);
         teach(&set[1], 1000.0, 5.0);
-        let router = distinct_prompts_placed();
+        let router = PrefixRouter::new(&PrefixConfig::default(), &Registry::new());
         let config = PrefixConfig::default();
         let policy = PrefixAware::measured(5);
         // 300 tokens, nothing cached: about 40 ms on r0, 310 ms on r1 (within the 1 s

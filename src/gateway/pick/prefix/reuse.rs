@@ -1,5 +1,6 @@
 //! How much of the recent prompts this gateway placed was expected cached where they went
-//! ([`RecentReuse`]): the traffic's prefix reuse. Where most of it was, a prompt new to every
+//! ([`RecentReuse`]): the traffic's prefix reuse, over prompts of at least one full block (a
+//! shorter one has nothing to cache). Where most of it was, a prompt new to every
 //! replica is likely the first of a group that will follow it (a shared context's first
 //! request, a conversation's first turn), and the replica it goes to becomes that group's
 //! home; where little was (distinct prompts), it is likely asked once.
@@ -20,7 +21,7 @@ const WINDOW: f64 = 32.0;
 /// request computes, so the share reaches a half once each new prefix is asked for again.
 const FOLLOWED_FROM: f64 = 0.5;
 
-/// The decayed share of placed prompt tokens that were expected cached.
+/// The decayed mean, over placed prompts, of the share of each one's tokens expected cached.
 #[derive(Debug)]
 pub struct RecentReuse {
     /// The share, as the bits of an `f64`.
@@ -28,11 +29,11 @@ pub struct RecentReuse {
 }
 
 impl Default for RecentReuse {
-    /// Before any placement the traffic is taken to reuse its prefixes: a fresh gateway
-    /// does not measure replicas again with prompts that may become a group's home until
-    /// its traffic shows that they do not.
+    /// Before any placement no reuse is known: a fresh gateway measures replicas again with
+    /// new prompts, which is how it learns a slower replica's speed in its first seconds,
+    /// until its traffic shows that its prefixes are reused.
     fn default() -> Self {
-        Self { share_bits: AtomicU64::new(1.0f64.to_bits()) }
+        Self { share_bits: AtomicU64::new(0.0f64.to_bits()) }
     }
 }
 
@@ -49,7 +50,7 @@ impl RecentReuse {
         });
     }
 
-    /// The decayed share of placed prompt tokens expected cached, 0 to 1.
+    /// The decayed mean share of a placed prompt's tokens expected cached, 0 to 1.
     pub fn share(&self) -> f64 {
         f64::from_bits(self.share_bits.load(Ordering::Relaxed))
     }
@@ -66,27 +67,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn distinct_prompts_bring_the_share_down_and_shared_contexts_bring_it_back() {
+    fn shared_contexts_bring_the_share_up_and_distinct_prompts_bring_it_down() {
         let reuse = RecentReuse::default();
-        assert!(reuse.new_prompts_are_followed());
-        // Distinct 500-token prompts, only a 16-token chat template cached: from the 23rd
-        // on (0.032 + 0.968 * (31/32)^23 < 0.5), new prompts are no longer expected to be
+        assert!(!reuse.new_prompts_are_followed(), "no reuse known before any placement");
+        // A shared 3,000-token context asked for again and again: its first request
+        // computes everything, each later one hits all but its 100-token question. From the
+        // 23rd later one (0.968 * (1 - (31/32)^23) >= 0.5), new prompts are expected to be
         // followed.
-        let distinct = (0..).take_while(|_| {
-            reuse.observe(16, 500);
-            reuse.new_prompts_are_followed()
-        });
-        assert_eq!(distinct.count(), 22);
-        assert!(reuse.share() < 0.5);
-        // Then a shared 3,000-token context, asked for again and again: its first request
-        // computes everything, each later one hits all but its 100-token question.
         reuse.observe(0, 3100);
         let shared = (0..).take_while(|_| {
             reuse.observe(3000, 3100);
             !reuse.new_prompts_are_followed()
         });
-        assert!(shared.count() < 32);
-        assert!(reuse.new_prompts_are_followed());
+        assert_eq!(shared.count(), 22);
+        for _ in 0..40 {
+            reuse.observe(3000, 3100);
+        }
+        // Then distinct 500-token prompts, only a 16-token chat template cached: the 18th
+        // brings the share under a half again (0.032 + (0.837 - 0.032) * (31/32)^18 < 0.5).
+        let distinct = (0..).take_while(|_| {
+            reuse.observe(16, 500);
+            reuse.new_prompts_are_followed()
+        });
+        assert_eq!(distinct.count(), 17);
     }
 
     #[test]

@@ -185,6 +185,30 @@ fn the_index_marks_blocks_computing_until_their_placement_has_its_first_token() 
 }
 
 #[test]
+fn placed_prompts_teach_how_much_the_traffic_reuses_its_prefixes() {
+    let set = replicas(2);
+    let router = Arc::new(PrefixRouter::new(&PrefixConfig::default(), &Registry::new()));
+    assert!(!router.reuse.new_prompts_are_followed(), "no reuse known before any placement");
+    // A 2,000-token context asked with one question after another: from its second request
+    // on, each is found cached but its question.
+    for seed in 0..40 {
+        router.place(&set[1], &key(7, 2000, seed, 16, &HeaderMap::new()));
+    }
+    assert!(router.reuse.new_prompts_are_followed(), "{}", router.reuse.share());
+    // A prompt shorter than a block has nothing to cache, and says nothing of reuse.
+    let share = router.reuse.share();
+    let short = key(99, 0, 99, 4, &HeaderMap::new());
+    assert_eq!(short.max_hit_blocks, 0);
+    router.place(&set[0], &short);
+    assert_eq!(router.reuse.share(), share);
+    // Distinct 300-token questions with no shared system message: none is found cached.
+    for seed in 0..40 {
+        router.place(&set[0], &key(seed, 0, seed, 300, &HeaderMap::new()));
+    }
+    assert!(!router.reuse.new_prompts_are_followed(), "{}", router.reuse.share());
+}
+
+#[test]
 fn sessions_are_read_from_the_header_then_the_user_field() {
     let mut headers = HeaderMap::new();
     let none = key(1, 64, 0, 8, &headers);
