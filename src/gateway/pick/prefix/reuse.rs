@@ -7,9 +7,9 @@
 //!
 //! `prefix_latency` reads it before measuring a replica again with a new prompt
 //! ([`super::policy`]): on three real replicas, two sharing a core and four times slower at
-//! prefill, the first request of five of eight shared contexts a round was sent to measure a
-//! slower replica again, and every later request of those contexts hit there, each slower
-//! than on the fast replica.
+//! prefill, the first requests of 13 of 24 shared contexts (three rounds of 8) were sent to
+//! measure a slower replica again, and every later request of those contexts hit there, each
+//! slower than on the fast replica.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
