@@ -173,8 +173,9 @@ impl Policy for PrefixAware {
 /// placed on it for its measure-again interval (a second at first, doubling with each such
 /// request in a row: [`Remeasure`](crate::gateway::pick::predict::remeasure::Remeasure));
 /// the stalest of them. None for a prompt mostly new to every candidate while recent
-/// prompts were mostly found cached ([`super::RecentReuse`]): where it goes, the prompts that share
-/// its prefix follow, and a replica measured again because it is slower would keep them.
+/// prompts were mostly found cached ([`super::RecentReuse`]): where it goes, the prompts
+/// that share its prefix follow, and a replica measured again because it is slower would
+/// keep them.
 ///
 /// A replica that no pick chooses is never measured again, and its estimate stays what it
 /// was: two replicas that learned high first-token intercepts while a third was out of
@@ -226,12 +227,12 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::*;
-    use crate::gateway::pick::prefix::PromptKey;
     use prometheus::Registry;
 
     use crate::gateway::config::{EntrySlo, PrefixConfig};
     use crate::gateway::pick::predict::{EngineEntry, LatencyProbe};
     use crate::gateway::pick::prefix::PrefixRouter;
+    use crate::gateway::pick::prefix::PromptKey;
     use crate::gateway::pick::test_fleet::{context, context_at, replicas, teach};
 
     fn key() -> PromptKey {

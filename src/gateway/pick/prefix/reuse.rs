@@ -1,9 +1,9 @@
 //! How much of the recent prompts this gateway placed was expected cached where they went
 //! ([`RecentReuse`]): the traffic's prefix reuse, over prompts of at least one full block (a
-//! shorter one has nothing to cache). Where most of it was, a prompt new to every
-//! replica is likely the first of a group that will follow it (a shared context's first
-//! request, a conversation's first turn), and the replica it goes to becomes that group's
-//! home; where little was (distinct prompts), it is likely asked once.
+//! shorter one has nothing to cache). Where most of it was, a prompt new to every replica is
+//! likely the first of a group that will follow it (a shared context's first request, a
+//! conversation's first turn), and the replica it goes to becomes that group's home; where
+//! little was (distinct prompts), it is likely asked once.
 //!
 //! `prefix_latency` reads it before measuring a replica again with a new prompt
 //! ([`super::policy`]): on three real replicas, two sharing a core and four times slower at
@@ -16,9 +16,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// About how many prompts the share is taken over: each placement weighs `1 / WINDOW`.
 const WINDOW: f64 = 32.0;
 
-/// From this share of cached prompt tokens on, a new prompt is expected to be followed: a
-/// group whose later requests hit is cached for at least as many tokens as its first
-/// request computes, so the share reaches a half once each new prefix is asked for again.
+/// From this mean share on, a new prompt is expected to be followed: a group of k requests
+/// whose first computes its prefix and whose later ones hit it averages about (k - 1) / k,
+/// a half once each new prefix is asked for again.
 const FOLLOWED_FROM: f64 = 0.5;
 
 /// The decayed mean, over placed prompts, of the share of each one's tokens expected cached.
