@@ -231,8 +231,6 @@ impl PrefixRouter {
              0.5 on, a prompt new to every replica is not sent to measure one again",
         )
         .expect("valid");
-        let recent_reuse = RecentReuse::default();
-        reuse.set(recent_reuse.share());
         registry.register(Box::new(reuse.clone())).expect("unique metric name");
         registry.register(Box::new(tokens.clone())).expect("unique metric name");
         registry.register(Box::new(index_bytes.clone())).expect("unique metric name");
@@ -241,7 +239,7 @@ impl PrefixRouter {
         Self {
             index: BlockIndex::new(config.index_bytes),
             sessions: SessionMemory::default(),
-            reuse: recent_reuse,
+            reuse: RecentReuse::default(),
             shared: None,
             metrics: PrefixMetrics { tokens, index_bytes, corrected, cache_blocks, reuse },
         }
