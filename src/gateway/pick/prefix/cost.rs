@@ -17,15 +17,14 @@ use crate::gateway::pick::replica::Replica;
 const TIE_US: f64 = 1.0;
 
 /// The candidate with the lowest cost: its estimated TTFT given what it `held`, plus the
-/// prefill a candidate would recompute beyond the best-cached copy, at
-/// `recompute_us_per_token`, unless a second copy pays: recomputing a copy still being
-/// computed only duplicates work that the requests queued behind pay for, and a session's
-/// conversation follows the session, so moving it throws its copy away; copying a
-/// computed prompt that any request may send buys a second replica to hit on, and is
-/// charged only for the streams it would stall there
-/// ([`Choice::copy_us_per_token_per_stream`]). Costs within [`Choice::tie`] of the lowest
-/// are equal; among equals, the least loaded when the choice balances ties, then the
-/// longest hit, then chance (so an idle fleet spreads new prefixes).
+/// prefill it would recompute beyond the best-cached copy, at its own prefill speed times
+/// [`Choice::recompute_weight`], unless a second copy pays: recomputing a copy still being
+/// computed only duplicates work that the requests queued behind pay for, and a
+/// conversation follows its history, so moving it throws its copy away; copying a computed
+/// prompt that any request may send buys a second replica to hit on, and is charged only
+/// for the streams it would stall there ([`Choice::charges_copies`]). Costs within
+/// [`Choice::tie`] of the lowest are equal; among equals, the least loaded when the choice
+/// balances ties, then the longest hit, then chance (so an idle fleet spreads new prefixes).
 pub fn fastest(
     replicas: &[Arc<Replica>],
     candidates: &[usize],
@@ -39,15 +38,18 @@ pub fn fastest(
     let best_all_computing = held.iter().filter(|h| h.blocks == most).all(|h| h.computing);
     let a_copy_pays = !choice.conversation && !best_all_computing;
     let least_uncached = uncached(most);
-    // Microseconds charged per token a candidate would prefill beyond the best-cached one.
+    // Microseconds charged per token a candidate would prefill beyond the best-cached one,
+    // at its own prefill speed: the extra prefill runs there.
     let extra_us_per_token = |replica: &Replica| {
+        let prefill_us_per_token = (choice.prefill_us_per_token)(replica);
         if most == 0 {
             0.0
         } else if a_copy_pays {
             // Every stream on it counts, other gateways' and clients' too.
-            choice.copy_us_per_token_per_stream * context.requests_on(replica) as f64
+            let streams = context.requests_on(replica) as f64;
+            if choice.charges_copies { prefill_us_per_token * streams } else { 0.0 }
         } else {
-            choice.recompute_us_per_token
+            choice.recompute_weight * prefill_us_per_token
         }
     };
     let scored: Vec<Scored> = candidates
@@ -124,20 +126,23 @@ pub const MEASURED_TIE: Tie = Tie::Measured { share: 0.10, floor_us: 2000.0 };
 pub struct Choice<'a> {
     pub key: &'a PromptKey,
     pub estimate: &'a dyn TtftEstimate,
-    /// Microseconds charged per prompt token a candidate would prefill beyond the
-    /// best-cached candidate, when a second copy would not pay (see [`fastest`]).
-    pub recompute_us_per_token: f64,
-    /// When a copy pays: microseconds charged per such token and per request in flight on
-    /// the candidate. A prefill holds up every stream already decoding on its replica (each
-    /// engine step that carries a prefill chunk is that much longer), so a copy made on a
-    /// busy replica costs its other requests what it saves this one; on an idle replica it
-    /// costs nothing and spreads a hot prefix.
-    pub copy_us_per_token_per_stream: f64,
+    /// Microseconds a token of prefill takes on a candidate: the charges below count prefill
+    /// that candidate would do, so they count it at its speed.
+    pub prefill_us_per_token: &'a dyn Fn(&Replica) -> f64,
+    /// How many times a candidate's prefill of the prompt tokens beyond the best-cached
+    /// candidate's counts, when a second copy would not pay (see [`fastest`]).
+    pub recompute_weight: f64,
+    /// When a copy pays: whether it is charged its extra prefill once per request in flight
+    /// on the candidate. A prefill holds up every stream already decoding on its replica
+    /// (each engine step that carries a prefill chunk is that much longer), so a copy made
+    /// on a busy replica costs its other requests what it saves this one; on an idle replica
+    /// it costs nothing and spreads a hot prefix.
+    pub charges_copies: bool,
     /// When costs count as equal, and how equals are told apart.
     pub tie: Tie,
     pub ties: &'a Draws,
     /// The prompt continues a conversation ([`super::conversation`]): moving it throws its
-    /// copy away, and recomputing is charged flat (`recompute_us_per_token`).
+    /// copy away, and recomputing is charged flat ([`Choice::recompute_weight`]).
     pub conversation: bool,
 }
 
@@ -195,8 +200,9 @@ mod tests {
         let choice = Choice {
             key: &key,
             estimate: &estimate,
-            recompute_us_per_token: 100.0,
-            copy_us_per_token_per_stream: 100.0,
+            prefill_us_per_token: &|_: &Replica| 100.0,
+            recompute_weight: 1.0,
+            charges_copies: true,
             tie: MEASURED_TIE,
             ties: &ties,
             conversation: false,
@@ -216,5 +222,46 @@ mod tests {
         // charge whatever r1 runs: 0.3 + 0.29 s, still under the 2 s hit.
         let choice = Choice { conversation: true, ..choice };
         assert_eq!(fastest(&set, &[0, 1], &held, &choice, &context()), Some(1));
+    }
+
+    #[test]
+    fn a_move_is_charged_its_recompute_at_the_speed_of_the_replica_that_would_do_it() {
+        let set = replicas(2);
+        // r0 eight times slower a token than r1, as the real `slow` model beside `tiny`.
+        teach(&set[0], 2800.0, 5.0);
+        teach(&set[1], 350.0, 5.0);
+        let key = PromptKey {
+            hashes: (1..=7).collect(),
+            engine_hashes: Vec::new(),
+            max_hit_blocks: 7,
+            prompt_tokens: 1000,
+            block_size: 128,
+            session: None,
+            conversation: None,
+            opens_conversation: false,
+            messages: None,
+        };
+        let slo = EntrySlo { ttft: Duration::from_secs(5), ..EntrySlo::default() };
+        let request = RequestShape { prompt_tokens: 1000, slo };
+        let configured = QueueTtft { prefill_us_per_token: 75.0, request_us: 1000.0 };
+        let estimate = MeasuredTtft::for_candidates(&set, &[0, 1], &request, configured);
+        let speed = |replica: &Replica| estimate.prefill_us_per_token(replica);
+        let ties = Draws::new(1);
+        let choice = Choice {
+            key: &key,
+            estimate: &estimate,
+            prefill_us_per_token: &speed,
+            recompute_weight: 1.0,
+            charges_copies: true,
+            tie: MEASURED_TIE,
+            ties: &ties,
+            conversation: true,
+        };
+        // A conversation's history (640 tokens) on the slow r0: its turn there prefills 360
+        // tokens (about 1.0 s); on r1, 1,000 (0.36 s) and is charged the 640 recomputed at
+        // r1's speed (0.22 s). Charged at the two replicas' mean speed (1,575 us), the 640
+        // would have cost 1.0 s, and the turn stayed on the slow replica.
+        let history_on_slow = [Held { blocks: 5, computing: false }, Held::default()];
+        assert_eq!(fastest(&set, &[0, 1], &history_on_slow, &choice, &context()), Some(1));
     }
 }

@@ -4,7 +4,7 @@
 //! chosen for a while is measured again ([`stale_equal`]), a prompt whose cache tells no
 //! candidate apart is judged one spread above each prediction ([`OneSpreadAbove`]), and a
 //! copy of a computed prefix is charged for the streams it stalls
-//! ([`Choice::copy_us_per_token_per_stream`]).
+//! ([`Choice::charges_copies`]).
 //!
 //! Every candidate's TTFT is estimated with its own expected cache hit (the uncached tail
 //! is what it must prefill) and the fastest wins; among equals, the longest hit, then
@@ -143,8 +143,7 @@ impl Policy for PrefixAware {
             replicas[stale].latency.remeasure().measured_again();
             return Some(stale);
         }
-        let prefill_us_per_token = estimate.prefill_us_per_token(replicas, &candidates);
-        let recompute_us_per_token = prompt.config.recompute_weight * prefill_us_per_token;
+        let prefill_us_per_token = |replica: &Replica| estimate.prefill_us_per_token(replica);
         // A prompt whose cache tells no candidate apart (each holds as many of its blocks
         // as the others, mostly none), judged by the first token it risks rather than the
         // one it can expect.
@@ -154,10 +153,11 @@ impl Policy for PrefixAware {
         let chosen = Choice {
             key: prompt.key,
             estimate: if indifferent { &risked } else { &estimate },
-            recompute_us_per_token,
+            prefill_us_per_token: &prefill_us_per_token,
+            recompute_weight: prompt.config.recompute_weight,
             // `prefix_latency` charges a copy for the streams it stalls; `prefix_aware`, as
             // configured, does not.
-            copy_us_per_token_per_stream: if self.measured { prefill_us_per_token } else { 0.0 },
+            charges_copies: self.measured,
             tie: if self.measured { MEASURED_TIE } else { Tie::Exact },
             ties: &self.ties,
             conversation: followed.is_some(),
