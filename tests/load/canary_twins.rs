@@ -28,13 +28,30 @@ async fn two_identical_variants_raise_no_alarm() {
     assert!(results.iter().all(|(status, _, _)| *status == 200));
     assert_eq!(results.iter().filter(|r| r.1 == "b").count(), USERS / 2);
     let report = report_once_recorded(&gateway, USERS as u64).await;
-    let verdicts = &report["entries"][0]["variants"][1]["window_vs_baseline"];
-    // Same replicas, same strategy, interleaved traffic: never "slower" or "faster". (That
-    // the difference is also bounded, "no difference", is asserted on recorded samples in
-    // the canary module, where the noise of a shared machine cannot widen the interval.)
+    let candidate = &report["entries"][0]["variants"][1];
+    // Same replicas, same strategy, interleaved traffic: no alarm. The sequential decision,
+    // which acts (`auto_rollback`), finds the candidate neither worse nor better.
+    let metrics = candidate["judgement"]["metrics"].as_array().expect("the candidate's metrics");
+    for metric in metrics {
+        let decision = metric["decision"].as_str().unwrap();
+        assert!(!["worse", "better"].contains(&decision), "{metric}: {report:#}");
+    }
+    // The window's fixed-sample comparison, for reference only, may find a shift of a few
+    // percent on a loaded machine ("slower by 8%" in one CI run: TTFT medians of a few
+    // milliseconds, p = 0.0008, interval 1.02-1.13), but never one wholly beyond the 10% it
+    // calls no difference. (That the difference is bounded is asserted on recorded samples
+    // in the canary module, where the noise of a shared machine cannot widen the interval.)
+    let no_difference =
+        1.0 + laneway::canary::compare::CompareSettings::default().equivalence_margin;
     for metric in ["ttft", "tpot"] {
-        let verdict = verdicts[metric]["verdict"].as_str().unwrap();
-        assert!(["no_difference", "inconclusive"].contains(&verdict), "{metric}: {report:#}");
+        let window = &candidate["window_vs_baseline"][metric];
+        let verdict = window["verdict"].as_str().unwrap();
+        if ["no_difference", "inconclusive"].contains(&verdict) {
+            continue;
+        }
+        let low = window["ratio_low"].as_f64().unwrap();
+        let high = window["ratio_high"].as_f64().unwrap();
+        assert!(low < no_difference && high > 1.0 / no_difference, "{metric}: {report:#}");
     }
     gateway.shutdown().await;
 }
