@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::policy::PickContext;
+use super::predict::EngineWork;
 use super::replica::Replica;
 use crate::gateway::config::ReplicaConfig;
 
@@ -43,4 +44,16 @@ pub fn teach(replica: &Replica, us_per_token: f64, tpot_ms: f64) {
             replica.latency.observe_decode(1.0, Duration::from_secs_f64(tpot_ms / 1000.0));
         }
     }
+}
+
+/// Shows `replica` an engine that prefilled 32 prompts of 400 tokens at `us_per_token`
+/// (and 5 ms a request) before this gateway's first scrape of it, as vLLM counts them.
+pub fn teach_engine(replica: &Replica, us_per_token: f64) {
+    let prefills = 32.0;
+    let tokens = 400.0 * prefills;
+    replica.latency.observe_engine_work(EngineWork {
+        prefill_seconds: 0.005 * prefills + us_per_token * 1e-6 * tokens,
+        prefills,
+        computed_tokens: tokens,
+    });
 }

@@ -14,7 +14,13 @@
 //! read fell from the engine's 80 us a token to 2.5-10: a cache hit looked barely faster
 //! than a miss, and load moved cached prefixes away. The engine's count has no such share.
 //!
-//! The fit is published once [`MIN_WINDOWS`] windows have closed. Where their shares of
+//! The fit is published once its windows hold [`MIN_PREFILLS`] prefills. The engine's count
+//! since it started, read at the gateway's first scrape, is its first window, weighed as one
+//! window of four prefills however many it holds and counted as enough to publish: a gateway
+//! started beside replicas that have served (a restart, a warm-up, another client) knows their speeds from its first
+//! scrape. Counting windows instead, a replica whose requests finish in bursts (two waves
+//! of 16 streams: two windows) had no speed after 32 prefills, and a fresh gateway sent a
+//! slow replica its share of a first burst at the configured speed. Where their shares of
 //! cached tokens differ enough to tell the two terms apart and the fitted `b` stands clear
 //! of the windows' noise ([`MIN_T_STATISTIC`]), `b` is the fitted slope; where they do not
 //! (every request about one size: a conversation's turns; the first few windows of hits
@@ -36,8 +42,8 @@ use parking_lot::Mutex;
 const WINDOW_PREFILLS: f64 = 4.0;
 /// Weight each older window keeps when a new one closes: the last ~10 count most.
 const DECAY: f64 = 0.9;
-/// Windows needed before a slope is published.
-const MIN_WINDOWS: u32 = 3;
+/// Prefills the windows must hold before a slope is published.
+const MIN_PREFILLS: f64 = 3.0 * WINDOW_PREFILLS;
 /// How far from collinear the windows must be (as a share of the product of the two
 /// terms' spreads) for requests and tokens to be told apart. Each window's seconds carry
 /// the noise of whatever else its engine steps ran (decoding streams, other prefills), and
@@ -105,7 +111,8 @@ struct Fit {
     sums: [f64; 6],
     /// The windows' decayed weights summed: how many the sums count.
     weight: f64,
-    windows: u32,
+    /// Prefills the windows have held, undecayed.
+    prefills: f64,
 }
 
 impl EngineSpeed {
@@ -119,26 +126,24 @@ impl EngineSpeed {
     pub fn observe(&self, work: EngineWork) -> Option<f64> {
         let mut fit = self.fit.lock();
         let last = fit.last.replace(work);
-        let delta = last.and_then(|last| work.since(last));
-        let Some(delta) = delta else {
-            // The first scrape, or the engine restarted: a new baseline, an empty window.
-            fit.window = EngineWork::default();
-            return None;
+        let (window, counted) = match last {
+            // The first scrape: what the engine did before is a window of its own.
+            None => fit.history_window(work)?,
+            Some(last) => {
+                let Some(delta) = work.since(last) else {
+                    // The engine restarted: what it did since opens the next window.
+                    fit.window = work;
+                    return None;
+                };
+                fit.window.add(delta);
+                if fit.window.prefills < WINDOW_PREFILLS {
+                    return None;
+                }
+                let window = std::mem::take(&mut fit.window);
+                (window, window.prefills)
+            }
         };
-        fit.window.add(delta);
-        if fit.window.prefills < WINDOW_PREFILLS {
-            return None;
-        }
-        let window = std::mem::take(&mut fit.window);
-        let (n, u, t) = (window.prefills, window.computed_tokens, window.prefill_seconds);
-        for sum in &mut fit.sums {
-            *sum *= DECAY;
-        }
-        for (sum, term) in fit.sums.iter_mut().zip([n * n, n * u, u * u, n * t, u * t, t * t]) {
-            *sum += term;
-        }
-        fit.weight = fit.weight * DECAY + 1.0;
-        fit.windows += 1;
+        fit.add_window(window, counted);
         let slope = fit.slope()?;
         self.slope_bits.store(slope.to_bits(), Ordering::Relaxed);
         Some(slope)
@@ -146,12 +151,44 @@ impl EngineSpeed {
 }
 
 impl Fit {
+    /// The engine's counts since it started, read at the first scrape, as one window of
+    /// [`WINDOW_PREFILLS`] prefills at their mean, weighed as any other window rather than as
+    /// its thousands of requests (so that the windows after it outweigh it) and counted as
+    /// [`MIN_PREFILLS`]: enough to publish. `None` if it holds fewer prefills than a window.
+    fn history_window(&mut self, history: EngineWork) -> Option<(EngineWork, f64)> {
+        if history.prefills < WINDOW_PREFILLS {
+            // A replica new to traffic: its few prefills open the next window.
+            self.window = history;
+            return None;
+        }
+        let share = WINDOW_PREFILLS / history.prefills;
+        let window = EngineWork {
+            prefill_seconds: history.prefill_seconds * share,
+            prefills: WINDOW_PREFILLS,
+            computed_tokens: history.computed_tokens * share,
+        };
+        Some((window, MIN_PREFILLS))
+    }
+
+    /// Adds a closed window to the decayed sums, as `counted` prefills toward publishing.
+    fn add_window(&mut self, window: EngineWork, counted: f64) {
+        let (n, u, t) = (window.prefills, window.computed_tokens, window.prefill_seconds);
+        for sum in &mut self.sums {
+            *sum *= DECAY;
+        }
+        for (sum, term) in self.sums.iter_mut().zip([n * n, n * u, u * u, n * t, u * t, t * t]) {
+            *sum += term;
+        }
+        self.weight = self.weight * DECAY + 1.0;
+        self.prefills += counted;
+    }
+
     /// `b` of `t = a * n + b * u`, with `a` at least zero, where the windows tell the terms
     /// apart and `b` stands [`MIN_T_STATISTIC`] standard errors above zero; else the line
-    /// through the origin, `t = b * u`. `None` before [`MIN_WINDOWS`] windows, or if the
-    /// tokens took no time.
+    /// through the origin, `t = b * u`. `None` before the windows hold [`MIN_PREFILLS`]
+    /// prefills, or if the tokens took no time.
     fn slope(&self) -> Option<f64> {
-        if self.windows < MIN_WINDOWS {
+        if self.prefills < MIN_PREFILLS {
             return None;
         }
         let [nn, nu, uu, nt, ut, tt] = self.sums;
@@ -326,6 +363,42 @@ mod tests {
             // One prefill a scrape: a window every fourth.
             speed.observe(served(&mut work, 1, (3000.0, 0.0), (0.0, 80e-6)));
         }
-        assert_eq!(speed.fit.lock().windows, 3);
+        let fit = speed.fit.lock();
+        assert_eq!((fit.weight > 2.0, fit.prefills), (true, 12.0));
+    }
+
+    #[test]
+    fn an_engine_that_served_before_the_first_scrape_has_its_speed_from_it() {
+        // Two replicas that served before the gateway started, one eight times slower.
+        let read_first_scrape = |per_token: f64| {
+            let speed = EngineSpeed::default();
+            let mut work = EngineWork::default();
+            speed.observe(served(&mut work, 32, (400.0, 0.0), (0.005, per_token)));
+            speed.slope()
+        };
+        let fast = read_first_scrape(80e-6).expect("published at the first scrape");
+        let slow = read_first_scrape(640e-6).expect("published at the first scrape");
+        // Through the origin: 5 ms a request spread over its 400 tokens.
+        assert!((fast - 92.5e-6).abs() < 1e-9, "{fast}");
+        assert!((slow - 652.5e-6).abs() < 1e-9, "{slow} against {fast}");
+        // A long history weighs as one window: the engine slowed, and the windows after it
+        // say so within a few.
+        let speed = EngineSpeed::default();
+        let mut work = EngineWork::default();
+        speed.observe(served(&mut work, 100_000, (400.0, 0.0), (0.0, 80e-6)));
+        for _ in 0..10 {
+            speed.observe(served(&mut work, 4, (400.0, 0.0), (0.0, 160e-6)));
+        }
+        let slope = speed.slope().unwrap();
+        assert!(slope > 140e-6, "{slope}");
+        // Fewer prefills than a window: they open the first window, and nothing is published
+        // before the windows hold twelve.
+        let speed = EngineSpeed::default();
+        let mut work = EngineWork::default();
+        let mut three_more = || speed.observe(served(&mut work, 3, (400.0, 0.0), (0.0, 80e-6)));
+        let published: Vec<bool> = (0..4).map(|_| three_more().is_some()).collect();
+        assert_eq!(published, [false, false, false, true]);
+        assert_eq!(speed.fit.lock().prefills, 12.0);
+        assert!((speed.slope().unwrap() - 80e-6).abs() < 1e-12);
     }
 }

@@ -214,6 +214,13 @@ impl LatencyEstimate {
         f64::from_bits(self.ttft_slope_published.load(Ordering::Relaxed))
     }
 
+    /// Seconds per prompt token (as this gateway counts tokens) of the replica's prefill as
+    /// its engine counts it, if its counters have given one ([`EngineSpeed`]).
+    pub fn engine_slope(&self) -> Option<f64> {
+        let per_engine_token = self.engine_speed.slope()?;
+        Some(per_engine_token * self.token_scale.engine_per_counted())
+    }
+
     /// When a request of about `prompt_tokens` was last placed on the replica (zero: never).
     pub fn last_placed_for(&self, prompt_tokens: u64) -> u64 {
         self.last_placed_by_size[envelope::bucket(prompt_tokens as f64)].load(Ordering::Relaxed)
@@ -301,11 +308,7 @@ impl LatencyEstimate {
     /// Publishes the prefill model: the engine's slope if it counts one, else the one
     /// learned from this gateway's first tokens; the intercepts and spreads net of it.
     fn publish_prefill(&self, models: &Models) {
-        let slope = self
-            .engine_speed
-            .slope()
-            .map(|per_engine_token| per_engine_token * self.token_scale.engine_per_counted())
-            .unwrap_or_else(|| models.prefill.slope());
+        let slope = self.engine_slope().unwrap_or_else(|| models.prefill.slope());
         self.ttft_slope_published.store(slope.to_bits(), Ordering::Relaxed);
         let intercepts = models.prefill.intercepts_at(slope);
         store_each(&self.ttft_intercepts_published, &intercepts);

@@ -9,8 +9,13 @@
 //! is worth nothing on a replica whose decode is too slow.
 //!
 //! Until every candidate has been measured ([`MIN_PREFILL_SAMPLES`] first tokens each),
-//! the configured queue estimate ([`QueueTtft`]) judges them all: a comparison of one
-//! replica's measurement with another's guess would favour whichever guess is kinder.
+//! the queue estimate ([`QueueTtft`]) judges them all: a comparison of one replica's
+//! measurement with another's guess would favour whichever guess is kinder. It counts each
+//! candidate's queued and new prefill at the speed its engine measured where every
+//! candidate's engine has measured one (vLLM's counters: see `predict::engine_speed`), else
+//! at the configured speed for all. At the configured speed, a fresh gateway in front of a
+//! real replica eight times slower than the other two sent it a third of the first turns
+//! of a conversation workload (0.8-2.0 s each), and their next turns stayed there.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -27,12 +32,16 @@ pub const MIN_PREFILL_SAMPLES: u64 = 8;
 pub enum MeasuredTtft<'a> {
     /// Every candidate measured: learned models, with the request's objectives.
     Learned { request: &'a RequestShape },
+    /// Some candidate not yet measured, every candidate's engine measured: the queue
+    /// estimate for all, each at its engine's prefill speed.
+    EngineSpeeds(QueueTtft),
     /// Some candidate not yet measured: the configured queue estimate for all.
     Configured(QueueTtft),
 }
 
 impl<'a> MeasuredTtft<'a> {
-    /// Learned if every candidate has been measured enough, else `configured`.
+    /// Learned if every candidate has been measured enough, else `configured` at the
+    /// engines' speeds if every candidate's engine has measured one, else as configured.
     pub fn for_candidates(
         replicas: &[Arc<Replica>],
         candidates: &[usize],
@@ -43,40 +52,46 @@ impl<'a> MeasuredTtft<'a> {
             let (prefills, _) = replicas[index].latency.samples();
             prefills >= MIN_PREFILL_SAMPLES
         };
+        let engine_measured = |&index: &usize| replicas[index].latency.engine_slope().is_some();
         if candidates.iter().all(measured) {
             Self::Learned { request }
+        } else if candidates.iter().all(engine_measured) {
+            Self::EngineSpeeds(configured)
         } else {
             Self::Configured(configured)
         }
     }
 
     /// Microseconds `replica` takes to prefill `uncached_tokens` at its learned speed (its
-    /// prefill slope), scaled while its streams are late: how fast it is alone. `None` on the
-    /// configured estimate, which knows no speed of its own per replica. The fixed part of a
-    /// first token is left out: it is learned per count of requests in flight, and at none in
-    /// flight (rare on a busy replica) it rests on a few old samples. With it, two real
-    /// replicas of one speed read 12-39 ms and 117-124 ms alone for the same turns, and
-    /// conversations at home on the second contended with the first 28 times in one round.
+    /// prefill slope, or its engine's), scaled while its streams are late: how fast it is
+    /// alone. `None` on the configured estimate, which knows no speed of its own per
+    /// replica. The fixed part of a first token is left out: it is learned per count of
+    /// requests in flight, and at none in flight (rare on a busy replica) it rests on a few
+    /// old samples. With it, two real replicas of one speed read 12-39 ms and 117-124 ms
+    /// alone for the same turns, and conversations at home on the second contended with the
+    /// first 28 times in one round.
     pub fn alone_us(&self, replica: &Replica, uncached_tokens: u64, now: Instant) -> Option<f64> {
         match self {
             Self::Configured(_) => None,
-            Self::Learned { .. } => {
-                let latency = &replica.latency;
-                let prefill = latency.ttft_slope() * uncached_tokens as f64;
-                Some(prefill * latency.late_factor(now) * 1e6)
+            Self::Learned { .. } | Self::EngineSpeeds(_) => {
+                let prefill = self.prefill_us_per_token(replica) * uncached_tokens as f64;
+                Some(prefill * replica.latency.late_factor(now))
             }
         }
     }
 
     /// Microseconds a token of prefill costs on `replica`, for the recompute and copy
-    /// charges: its measured slope, or the configured one. The prefill those charges count
-    /// runs on that replica, at its speed: charged at the candidates' mean instead, a
-    /// conversation whose history sat on a real replica eight times slower than the other
-    /// was charged 1.2 s for the 608 history tokens the fast one prefills in 0.2 s, stayed,
-    /// and took 1.4 s for its first token.
+    /// charges: its measured slope, its engine's, or the configured one. The prefill those
+    /// charges count runs on that replica, at its speed: charged at the candidates' mean
+    /// instead, a conversation whose history sat on a real replica eight times slower than
+    /// the other was charged 1.2 s for the 608 history tokens the fast one prefills in
+    /// 0.2 s, stayed, and took 1.4 s for its first token.
     pub fn prefill_us_per_token(&self, replica: &Replica) -> f64 {
         match self {
             Self::Configured(queue) => queue.prefill_us_per_token,
+            Self::EngineSpeeds(queue) => {
+                replica.latency.engine_slope().map_or(queue.prefill_us_per_token, |s| s * 1e6)
+            }
             Self::Learned { .. } => replica.latency.ttft_slope() * 1e6,
         }
     }
@@ -94,9 +109,13 @@ impl MeasuredTtft<'_> {
     ) -> f64 {
         let request = match self {
             // Late waiting streams are evidence whatever judges the rest.
-            Self::Configured(queue) => {
+            Self::Configured(queue) | Self::EngineSpeeds(queue) => {
+                let at_its_speed = QueueTtft {
+                    prefill_us_per_token: self.prefill_us_per_token(replica),
+                    ..*queue
+                };
                 let late = replica.latency.late_factor(context.now);
-                return queue.ttft_us(replica, uncached_tokens, context) * late;
+                return at_its_speed.ttft_us(replica, uncached_tokens, context) * late;
             }
             Self::Learned { request } => request,
         };
@@ -143,7 +162,7 @@ mod tests {
     use super::*;
     use crate::gateway::config::EntrySlo;
     use crate::gateway::pick::predict::{EngineEntry, LatencyProbe};
-    use crate::gateway::pick::test_fleet::{context, context_at, replicas, teach};
+    use crate::gateway::pick::test_fleet::{context, context_at, replicas, teach, teach_engine};
 
     fn shape(tpot_ms: u64) -> RequestShape {
         let slo = EntrySlo {
@@ -163,6 +182,40 @@ mod tests {
         let request = shape(50);
         let estimate = MeasuredTtft::for_candidates(&set, &[0, 1], &request, CONFIGURED);
         assert!(matches!(estimate, MeasuredTtft::Configured(_)));
+        teach(&set[1], 100.0, 5.0);
+        let estimate = MeasuredTtft::for_candidates(&set, &[0, 1], &request, CONFIGURED);
+        assert!(matches!(estimate, MeasuredTtft::Learned { .. }));
+    }
+
+    #[test]
+    fn before_its_own_first_tokens_a_gateway_judges_every_candidate_at_its_engines_speed() {
+        let set = replicas(2);
+        let request = shape(50);
+        teach_engine(&set[0], 80.0);
+        // One engine measured and one not: the configured speed for both.
+        let estimate = MeasuredTtft::for_candidates(&set, &[0, 1], &request, CONFIGURED);
+        assert!(matches!(estimate, MeasuredTtft::Configured(_)));
+        assert_eq!(estimate.alone_us(&set[0], 1000, context().now), None);
+        // Both, the second eight times slower a token: each at its own.
+        teach_engine(&set[1], 640.0);
+        let estimate = MeasuredTtft::for_candidates(&set, &[0, 1], &request, CONFIGURED);
+        assert!(matches!(estimate, MeasuredTtft::EngineSpeeds(_)));
+        let now = context().now;
+        let alone = |i: usize| estimate.alone_us(&set[i], 1000, now).unwrap();
+        // 400-token prompts: 5 ms a request spread over them, 12.5 us a token more.
+        assert!((alone(0) - 92_500.0).abs() < 1.0, "{}", alone(0));
+        assert!((alone(1) - 652_500.0).abs() < 1.0, "{}", alone(1));
+        assert_eq!(estimate.prefill_us_per_token(&set[1]), alone(1) / 1000.0);
+        // The queue estimate at those speeds: 1,000 new tokens, one request already on each.
+        let context = context();
+        for replica in &set {
+            replica.load.in_flight.store(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let ttft = |i: usize| estimate.ttft_us(&set[i], 1000, &context);
+        assert!((ttft(0) - 93_500.0).abs() < 1.0, "{}", ttft(0));
+        assert!((ttft(1) - 653_500.0).abs() < 1.0, "{}", ttft(1));
+        // Measured by its own first tokens on both, the gateway's model takes over.
+        teach(&set[0], 100.0, 5.0);
         teach(&set[1], 100.0, 5.0);
         let estimate = MeasuredTtft::for_candidates(&set, &[0, 1], &request, CONFIGURED);
         assert!(matches!(estimate, MeasuredTtft::Learned { .. }));

@@ -15,9 +15,10 @@ use super::super::policy::PrefixAware;
 use super::super::{EngineTokens, PrefixRouter, PromptKey, PromptPick, hash_bytes};
 use super::LOOSE;
 use crate::gateway::config::{EntrySlo, PrefixConfig};
+use crate::gateway::pick::Replica;
 use crate::gateway::pick::policy::{Policy, RequestShape};
 use crate::gateway::pick::predict::{EngineEntry, LatencyProbe};
-use crate::gateway::pick::test_fleet::{context, replicas, teach};
+use crate::gateway::pick::test_fleet::{context, replicas, teach, teach_engine};
 use crate::openai::InferenceRequest;
 use crate::openai::request::Endpoint;
 use crate::tokens::synthetic_text;
@@ -174,14 +175,20 @@ fn a_session_leaves_a_home_far_slower_than_a_replica_elsewhere_unless_its_cache_
     let config = PrefixConfig::default();
     let request = RequestShape { prompt_tokens: 2000, slo: EntrySlo::default() };
     // Two replicas at 100 us a token, then the same with home at 800 (as a real replica
-    // eight times slower measured).
-    for home_us_per_token in [100.0, 800.0] {
+    // eight times slower measured); each measured by this gateway's first tokens, or only
+    // by its engine's counters (a fresh gateway beside replicas that have served).
+    fn own_first_tokens(replica: &Replica, us_per_token: f64) {
+        teach(replica, us_per_token, 5.0);
+    }
+    let teachers: [fn(&Replica, f64); 2] = [own_first_tokens, teach_engine];
+    let cases = teachers.into_iter().flat_map(|teacher| [(teacher, 100.0), (teacher, 800.0)]);
+    for (teacher, home_us_per_token) in cases {
         let set = replicas(2);
         let all = [0, 1];
         let home = session_places(&set, &all, session, LOOSE).unwrap().home;
         let elsewhere = 1 - home;
-        teach(&set[home], home_us_per_token, 5.0);
-        teach(&set[elsewhere], 100.0, 5.0);
+        teacher(&set[home], home_us_per_token);
+        teacher(&set[elsewhere], 100.0);
         let router = Arc::new(PrefixRouter::new(&config, &Registry::new()));
         let pick = |key: &PromptKey| {
             let prompt = PromptPick { key, router: &router, config: &config };
