@@ -3,7 +3,7 @@
 //! from latencies is a wall-clock comparison: `tests/load/canary_pools.rs`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::support::canary::*;
 use crate::support::gateway::*;
@@ -93,21 +93,32 @@ async fn one_user_stays_on_one_variant() {
 #[tokio::test]
 async fn weights_change_at_runtime_without_failing_a_request() {
     const REQUESTS: usize = 60;
+    // Requests from this one on are held until the weights have changed, so that the change
+    // lands while traffic flows however fast the first ones are answered.
+    const HELD_FROM: usize = 20;
     let sims = start_sims(2, 2).await;
     let mut config = two_variants(config_for(&sims), 1, 0);
     config.admin.token = Some("test-admin-token".into());
     let gateway = Arc::new(start_gateway(config).await);
     let client = reqwest::Client::new();
     let switched = Arc::new(AtomicBool::new(false));
+    let (switch, switch_seen) = tokio::sync::watch::channel(false);
+    let answered = Arc::new(AtomicUsize::new(0));
     let traffic = {
         let (client, gateway, switched) = (client.clone(), gateway.clone(), switched.clone());
+        let answered = answered.clone();
         tokio::spawn(async move {
             futures_util::stream::iter(0..REQUESTS)
                 .map(|n| {
                     let (client, gateway, switched) = (&client, &gateway, &switched);
+                    let (answered, mut switch_seen) = (&answered, switch_seen.clone());
                     async move {
+                        if n >= HELD_FROM {
+                            switch_seen.wait_for(|switched| *switched).await.unwrap();
+                        }
                         let after_switch = switched.load(Ordering::SeqCst);
                         let result = send_as(client, gateway, &format!("user-{n}"), true).await;
+                        answered.fetch_add(1, Ordering::SeqCst);
                         (after_switch, result)
                     }
                 })
@@ -116,10 +127,8 @@ async fn weights_change_at_runtime_without_failing_a_request() {
                 .await
         })
     };
-    wait_until("some traffic on fc", || {
-        gateway.replica_in_flight("sim-0") + gateway.replica_in_flight("sim-1") > 0
-    })
-    .await;
+    // Held requests cannot be answered before the switch: the traffic is still flowing.
+    wait_until("a first answer", || answered.load(Ordering::SeqCst) > 0).await;
     let response = client
         .put(admin_url(&gateway, "/admin/variants/short"))
         .bearer_auth("test-admin-token")
@@ -129,6 +138,7 @@ async fn weights_change_at_runtime_without_failing_a_request() {
         .unwrap();
     assert_eq!(response.status(), 200);
     switched.store(true, Ordering::SeqCst);
+    switch.send(true).unwrap();
     let results = traffic.await.unwrap();
     assert_eq!(results.len(), REQUESTS);
     assert!(results.iter().all(|(_, (status, _, _))| *status == 200), "a request failed");
