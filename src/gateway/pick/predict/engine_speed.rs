@@ -197,8 +197,15 @@ impl Fit {
         }
         let through_origin = ut / uu;
         let determinant = nn * uu - nu * nu;
-        let per_token = if determinant <= MIN_INDEPENDENCE * nn * uu {
+        let independence = determinant / (nn * uu);
+        let per_token = if independence <= MIN_INDEPENDENCE {
             // One size of request: its fixed cost cannot be told from its tokens'.
+            tracing::debug!(
+                target: "laneway::engine_speed",
+                independence,
+                through_origin_us = through_origin * 1e6,
+                "engine prefill fit: one size of request"
+            );
             through_origin
         } else {
             let per_request = (uu * nt - nu * ut) / determinant;
@@ -212,7 +219,18 @@ impl Fit {
             } else {
                 f64::INFINITY
             };
-            if per_request >= 0.0 && per_token >= MIN_T_STATISTIC * standard_error {
+            let fitted = per_request >= 0.0 && per_token >= MIN_T_STATISTIC * standard_error;
+            tracing::debug!(
+                target: "laneway::engine_speed",
+                independence,
+                per_request_ms = per_request * 1e3,
+                per_token_us = per_token * 1e6,
+                t = per_token / standard_error,
+                through_origin_us = through_origin * 1e6,
+                fitted,
+                "engine prefill fit"
+            );
+            if fitted {
                 per_token
             } else {
                 // No fixed cost per request, or none told apart from the steps' noise.
