@@ -17,22 +17,26 @@
 //! The fit is published once its windows hold [`MIN_PREFILLS`] prefills. The engine's count
 //! since it started, read at the gateway's first scrape, is its first window, weighed as one
 //! window of four prefills however many it holds and counted as enough to publish: a gateway
-//! started beside replicas that have served (a restart, a warm-up, another client) knows their speeds from its first
-//! scrape. Counting windows instead, a replica whose requests finish in bursts (two waves
-//! of 16 streams: two windows) had no speed after 32 prefills, and a fresh gateway sent a
-//! slow replica its share of a first burst at the configured speed. Where their shares of
-//! cached tokens differ enough to tell the two terms apart and the fitted `b` stands clear
-//! of the windows' noise ([`MIN_T_STATISTIC`]), `b` is the fitted slope; where they do not
-//! (every request about one size: a conversation's turns; the first few windows of hits
-//! and misses sharing steps), it is the line through the origin, `seconds / tokens` over
-//! the windows, each request's fixed cost spread over its tokens. That overstates the cost of a token by a request's fixed cost
-//! over its size and by the other prefills that shared its steps (197 us a counted token on
-//! a real conversation workload, predicting 370-490 ms for first tokens that came in 135 ms
-//! at the median), but alike on every replica. The gateway's own first tokens, the only
-//! other source, read 22 and 58 us a token on two real replicas of one speed, and the burst
-//! of a conversation workload's first turns went two to one onto the one that looked
-//! faster. A replica exporting none of these counters (SGLang, an older vLLM) keeps the
-//! gateway's own slope.
+//! started beside replicas that have served (a restart, a warm-up, another client) knows
+//! their speeds from its first scrape. Counting windows instead, a replica whose requests
+//! finish in bursts (two waves of 16 streams: two windows) had no speed after 32 prefills,
+//! and a fresh gateway sent a slow replica its share of a first burst at the configured
+//! speed. Where their shares of cached tokens differ enough to tell the two terms apart and
+//! the fitted `b` stands clear of the windows' noise ([`MIN_T_STATISTIC`]), `b` is the
+//! fitted slope; where they do not (every request about one size: a conversation's turns;
+//! the first few windows of hits and misses sharing steps), it is the line through the
+//! origin, `seconds / tokens` over the windows, each request's fixed cost spread over its
+//! tokens. That overstates the cost of a token by a request's fixed cost over its size and
+//! by the other prefills that shared its steps (197 us a counted token on a real
+//! conversation workload, predicting 370-490 ms for first tokens that came in 135 ms at the
+//! median), but alike on every replica that reads it. Two replicas of one speed can read
+//! differently: on 32 real conversations, one read the fit (46 us a token) while the other
+//! read the line (308), and a burst of first turns went 26 to 6
+//! (`benches/results/2026-12-07-conversations-32x8`). The gateway's own first
+//! tokens, the only other source, read 22 and 58 us a token on two real replicas of one
+//! speed, and the burst of a conversation workload's first turns went two to one onto the
+//! one that looked faster. A replica exporting none of these counters (SGLang, an older
+//! vLLM) keeps the gateway's own slope.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
