@@ -84,9 +84,14 @@ pub fn spawn_scrapers(
                         Ok(Ok(scraped)) => {
                             replica.load.record_scrape(scraped.load, epoch, Instant::now());
                             if let Some(work) = scraped.work {
-                                // Names the replica in `laneway::engine_speed`'s traces.
+                                // Names the replica in `laneway::engine_speed`'s traces;
+                                // enabled only where they are.
                                 let name = &replica.name;
-                                let span = tracing::info_span!("engine_speed", replica = %name);
+                                let span = tracing::debug_span!(
+                                    target: "laneway::engine_speed",
+                                    "engine_speed",
+                                    replica = %name
+                                );
                                 let _entered = span.enter();
                                 replica.latency.observe_engine_work(work);
                             }
