@@ -6,6 +6,7 @@
 use std::time::Instant;
 
 use crate::support::gateway::*;
+use laneway::gateway::pick::predict::EngineReading;
 use laneway::tokens::synthetic_text;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -17,7 +18,7 @@ async fn the_prefill_slope_is_learned_from_requests_another_client_sent() {
     let gateway = start_gateway(config_for(&sims)).await;
     let epoch = gateway.state().picker.epoch;
     let replica = gateway.state().picker.snapshot()[0].clone();
-    let prior = replica.latency.ttft_slope();
+    let prior = replica.latency.ttft_slope(EngineReading::Fitted);
     let client = reqwest::Client::new();
     let url = format!("http://{}/v1/chat/completions", sims[0].addr());
     // Straight to the replica, one at a time, four per scrape: four prompts of about 100
@@ -44,15 +45,19 @@ async fn the_prefill_slope_is_learned_from_requests_another_client_sent() {
     }
     let engine = 0.5e-6 / SPEED;
     wait_until("the engine's prefill slope", || {
-        (replica.latency.ttft_slope() - engine).abs() < 0.1 * engine
+        (replica.latency.ttft_slope(EngineReading::Fitted) - engine).abs() < 0.1 * engine
     })
     .await;
     // Far below anything the gateway's own first tokens could have taught it (its floor is
     // a quarter of the prior's 10 us): and it sent none.
-    assert!(replica.latency.ttft_slope() < 0.01 * prior, "{prior}");
+    assert!(replica.latency.ttft_slope(EngineReading::Fitted) < 0.01 * prior, "{prior}");
     assert_eq!(replica.latency.samples().0, 0);
     let replicas: serde_json::Value =
         reqwest::get(admin_url(&gateway, "/admin/replicas")).await.unwrap().json().await.unwrap();
     let estimate = &replicas["replicas"][0]["latency_estimate"];
-    assert_eq!(estimate["ttft_slope_source"], "engine", "{replicas}");
+    // Windows of 100 and of 1,500 tokens a request tell the fixed cost from the tokens'.
+    assert_eq!(estimate["ttft_slope_source"], "engine_fit", "{replicas}");
+    let through_origin = estimate["ttft_seconds_per_token_through_origin"].as_f64().unwrap();
+    let fitted = estimate["ttft_seconds_per_token"].as_f64().unwrap();
+    assert!(through_origin > fitted, "{replicas}");
 }

@@ -32,7 +32,9 @@
 //! median), but alike on every replica that reads it. Two replicas of one speed can read
 //! differently: on 32 real conversations, one read the fit (46 us a token) while the other
 //! read the line (308), and a burst of first turns went 26 to 6
-//! (`benches/results/2026-12-07-conversations-32x8`). The gateway's own first
+//! (`benches/results/2026-12-07-conversations-32x8`). So both are published, and a pick
+//! reads all its candidates alike ([`EngineReading`]): by their fits where every one
+//! stands, else by their lines. The gateway's own first
 //! tokens, the only other source, read 22 and 58 us a token on two real replicas of one
 //! speed, and the burst of a conversation workload's first turns went two to one onto the
 //! one that looked faster. A replica exporting none of these counters (SGLang, an older
@@ -98,12 +100,36 @@ impl EngineWork {
     }
 }
 
-/// One replica's fit; scrapes write it, picks read the published slope.
+/// How a pick reads its candidates' engine speeds: alike for every one of them. Two
+/// replicas of one speed, one read by its fit and the other by its line, look several times
+/// apart (46 and 308 us a token on 32 real conversations), and a burst of first turns went
+/// 26 to 6.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineReading {
+    /// Each engine's two-term fit where it stands, else its line through the origin: every
+    /// candidate's engine reads its fit, or counts none.
+    Fitted,
+    /// Every engine's line through the origin: some candidate's engine reads only that.
+    ThroughOrigin,
+}
+
+/// The slopes one fit reads, in seconds per uncached prompt token.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Slopes {
+    /// `seconds / tokens` over the windows.
+    pub through_origin: f64,
+    /// `b` of the two-term fit, where it tells the terms apart and stands clear of the noise.
+    pub fitted: Option<f64>,
+}
+
+/// One replica's fit; scrapes write it, picks read the published slopes.
 #[derive(Debug, Default)]
 pub struct EngineSpeed {
     fit: Mutex<Fit>,
-    /// Seconds per uncached prompt token as `f64` bits; 0: none yet.
-    slope_bits: AtomicU64,
+    /// Seconds per uncached prompt token as `f64` bits, by the line through the origin and
+    /// by the fit; 0: none (yet).
+    through_origin_bits: AtomicU64,
+    fitted_bits: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -120,14 +146,32 @@ struct Fit {
 }
 
 impl EngineSpeed {
-    /// The engine's seconds per uncached prompt token, once measured.
+    /// The engine's seconds per uncached prompt token, once measured: its fit where it
+    /// stands, else its line through the origin.
     pub fn slope(&self) -> Option<f64> {
-        let slope = f64::from_bits(self.slope_bits.load(Ordering::Relaxed));
-        (slope > 0.0).then_some(slope)
+        self.slope_read(EngineReading::Fitted)
     }
 
-    /// A scrape read `work`; returns the slope if this changed it.
-    pub fn observe(&self, work: EngineWork) -> Option<f64> {
+    /// The engine's seconds per uncached prompt token as `reading` reads it, once measured.
+    pub fn slope_read(&self, reading: EngineReading) -> Option<f64> {
+        let load = |bits: &AtomicU64| {
+            let slope = f64::from_bits(bits.load(Ordering::Relaxed));
+            (slope > 0.0).then_some(slope)
+        };
+        let through_origin = load(&self.through_origin_bits)?;
+        Some(match reading {
+            EngineReading::Fitted => load(&self.fitted_bits).unwrap_or(through_origin),
+            EngineReading::ThroughOrigin => through_origin,
+        })
+    }
+
+    /// Whether the engine's slope is its fit (false: its line, or none yet).
+    pub fn reads_fit(&self) -> bool {
+        f64::from_bits(self.fitted_bits.load(Ordering::Relaxed)) > 0.0
+    }
+
+    /// A scrape read `work`; returns the slopes if this changed them.
+    pub fn observe(&self, work: EngineWork) -> Option<Slopes> {
         let mut fit = self.fit.lock();
         let last = fit.last.replace(work);
         let (window, counted) = match last {
@@ -148,9 +192,10 @@ impl EngineSpeed {
             }
         };
         fit.add_window(window, counted);
-        let slope = fit.slope()?;
-        self.slope_bits.store(slope.to_bits(), Ordering::Relaxed);
-        Some(slope)
+        let slopes = fit.slopes()?;
+        self.fitted_bits.store(slopes.fitted.unwrap_or(0.0).to_bits(), Ordering::Relaxed);
+        self.through_origin_bits.store(slopes.through_origin.to_bits(), Ordering::Relaxed);
+        Some(slopes)
     }
 }
 
@@ -187,11 +232,11 @@ impl Fit {
         self.prefills += counted;
     }
 
-    /// `b` of `t = a * n + b * u`, with `a` at least zero, where the windows tell the terms
-    /// apart and `b` stands [`MIN_T_STATISTIC`] standard errors above zero; else the line
-    /// through the origin, `t = b * u`. `None` before the windows hold [`MIN_PREFILLS`]
+    /// The line through the origin, `t = b * u`, and `b` of `t = a * n + b * u` with `a` at
+    /// least zero where the windows tell the terms apart and `b` stands [`MIN_T_STATISTIC`]
+    /// standard errors above zero. `None` before the windows hold [`MIN_PREFILLS`]
     /// prefills, or if the tokens took no time.
-    fn slope(&self) -> Option<f64> {
+    fn slopes(&self) -> Option<Slopes> {
         if self.prefills < MIN_PREFILLS {
             return None;
         }
@@ -200,9 +245,12 @@ impl Fit {
             return None;
         }
         let through_origin = ut / uu;
+        if through_origin <= 0.0 {
+            return None;
+        }
         let determinant = nn * uu - nu * nu;
         let independence = determinant / (nn * uu);
-        let per_token = if independence <= MIN_INDEPENDENCE {
+        if independence <= MIN_INDEPENDENCE {
             // One size of request: its fixed cost cannot be told from its tokens'.
             tracing::debug!(
                 target: "laneway::engine_speed",
@@ -210,38 +258,33 @@ impl Fit {
                 through_origin_us = through_origin * 1e6,
                 "engine prefill fit: one size of request"
             );
-            through_origin
+            return Some(Slopes { through_origin, fitted: None });
+        }
+        let per_request = (uu * nt - nu * ut) / determinant;
+        let per_token = (nn * ut - nu * nt) / determinant;
+        // The residuals' variance over the windows' degrees of freedom, and the slope's
+        // standard error from it.
+        let residuals = (tt - per_request * nt - per_token * ut).max(0.0);
+        let freedom = self.weight - 2.0;
+        let standard_error = if freedom > 0.0 {
+            (residuals / freedom * nn / determinant).sqrt()
         } else {
-            let per_request = (uu * nt - nu * ut) / determinant;
-            let per_token = (nn * ut - nu * nt) / determinant;
-            // The residuals' variance over the windows' degrees of freedom, and the
-            // slope's standard error from it.
-            let residuals = (tt - per_request * nt - per_token * ut).max(0.0);
-            let freedom = self.weight - 2.0;
-            let standard_error = if freedom > 0.0 {
-                (residuals / freedom * nn / determinant).sqrt()
-            } else {
-                f64::INFINITY
-            };
-            let fitted = per_request >= 0.0 && per_token >= MIN_T_STATISTIC * standard_error;
-            tracing::debug!(
-                target: "laneway::engine_speed",
-                independence,
-                per_request_ms = per_request * 1e3,
-                per_token_us = per_token * 1e6,
-                t = per_token / standard_error,
-                through_origin_us = through_origin * 1e6,
-                fitted,
-                "engine prefill fit"
-            );
-            if fitted {
-                per_token
-            } else {
-                // No fixed cost per request, or none told apart from the steps' noise.
-                through_origin
-            }
+            f64::INFINITY
         };
-        (per_token > 0.0).then_some(per_token)
+        // No fixed cost per request, or none told apart from the steps' noise: the line.
+        let fitted =
+            per_request >= 0.0 && per_token > 0.0 && per_token >= MIN_T_STATISTIC * standard_error;
+        tracing::debug!(
+            target: "laneway::engine_speed",
+            independence,
+            per_request_ms = per_request * 1e3,
+            per_token_us = per_token * 1e6,
+            t = per_token / standard_error,
+            through_origin_us = through_origin * 1e6,
+            fitted,
+            "engine prefill fit"
+        );
+        Some(Slopes { through_origin, fitted: fitted.then_some(per_token) })
     }
 }
 
@@ -285,6 +328,11 @@ mod tests {
         }
         let slope = speed.slope().unwrap();
         assert!((slope - 80e-6).abs() < 1e-9, "{slope}");
+        // The line through the origin spreads each request's 10 ms over its tokens (84 us:
+        // the misses' 3,100 tokens weigh most).
+        assert!(speed.reads_fit());
+        let through_origin = speed.slope_read(EngineReading::ThroughOrigin).unwrap();
+        assert!((through_origin - 84e-6).abs() < 1e-6, "{through_origin}");
     }
 
     #[test]
@@ -299,6 +347,8 @@ mod tests {
         // each request's 10 ms is spread over its 1,000 tokens.
         let slope = speed.slope().unwrap();
         assert!((slope - 60e-6).abs() < 1e-9, "{slope}");
+        assert!(!speed.reads_fit());
+        assert_eq!(speed.slope_read(EngineReading::ThroughOrigin), Some(slope));
         // A restart: counters fall back. The next scrape is only a baseline.
         let mut restarted = EngineWork::default();
         assert_eq!(speed.observe(served(&mut restarted, 1, (500.0, 0.0), (0.01, 50e-6))), None);

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::concurrency::{COUNTS, TtftByConcurrency, slot};
-use super::engine_speed::{EngineSpeed, EngineWork};
+use super::concurrency::{TtftByConcurrency, slot};
+use super::engine_speed::{EngineReading, EngineSpeed, EngineWork};
 use super::envelope;
 use super::fit::DecayedLine;
 use super::overdue::Overdue;
@@ -23,7 +23,9 @@ use super::remeasure::Remeasure;
 use super::token_scale::TokenScale;
 
 mod probe;
+mod published;
 pub use probe::{EngineEntry, LatencyProbe};
+use published::PublishedPrefill;
 
 /// What a new replica is assumed to do before it has served anything: 50 ms plus 10 us a
 /// prompt token to the first token, 15 ms plus 0.5 ms per stream in flight per token.
@@ -71,13 +73,13 @@ pub struct LatencyEstimate {
     last_placed_by_size: [AtomicU64; envelope::BUCKETS],
     /// How long the replica must go unpicked before a request measures it again.
     remeasure: Remeasure,
-    /// Published models, as `f64` bits: the decode line's `(intercept, slope)`, the TTFT
-    /// slope per prompt token, its intercept and its spread per count of other requests in
-    /// flight.
+    /// The decode line's published `(intercept, slope)`, as `f64` bits.
     decode_published: [AtomicU64; 2],
-    ttft_slope_published: AtomicU64,
-    ttft_intercepts_published: [AtomicU64; COUNTS],
-    ttft_spreads_published: [AtomicU64; COUNTS],
+    /// The prefill model published at the slope each [`EngineReading`] reads: the engine's
+    /// fit where it stands (else its line), and its line through the origin. Both are this
+    /// gateway's own slope where the engine counts none.
+    prefill_fitted: PublishedPrefill,
+    prefill_through_origin: PublishedPrefill,
     models: Mutex<Models>,
     /// The engine's own count of its prefill speed, where its `/metrics` has one.
     engine_speed: EngineSpeed,
@@ -119,12 +121,8 @@ impl Default for LatencyEstimate {
             last_placed_by_size: std::array::from_fn(|_| AtomicU64::new(0)),
             remeasure: Remeasure::default(),
             decode_published: publish(&models.decode),
-            ttft_slope_published: AtomicU64::new(models.prefill.slope().to_bits()),
-            ttft_intercepts_published: models
-                .prefill
-                .intercepts()
-                .map(|v| AtomicU64::new(v.to_bits())),
-            ttft_spreads_published: models.prefill.spreads().map(|v| AtomicU64::new(v.to_bits())),
+            prefill_fitted: PublishedPrefill::new(&models.prefill),
+            prefill_through_origin: PublishedPrefill::new(&models.prefill),
             models: Mutex::new(models),
             engine_speed: EngineSpeed::default(),
             token_scale: TokenScale::default(),
@@ -145,25 +143,36 @@ fn publish(pair: &[AtomicU64; 2], line: &DecayedLine) {
     pair[1].store(b.to_bits(), Ordering::Relaxed);
 }
 
-/// Publishes one value per in-flight count.
-fn store_each(published: &[AtomicU64; COUNTS], values: &[f64; COUNTS]) {
-    for (published, value) in published.iter().zip(values) {
-        published.store(value.to_bits(), Ordering::Relaxed);
-    }
+/// Where a published TTFT slope comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlopeSource {
+    /// The engine's counters, read by their two-term fit (its line through the origin too).
+    EngineFit,
+    /// The engine's counters, read by their line through the origin alone.
+    EngineLine,
+    /// This gateway's own first tokens: the engine counts none (yet).
+    FirstTokens,
 }
 
-/// Reads what [`store_each`] published.
-fn load_each(published: &[AtomicU64; COUNTS]) -> Vec<f64> {
-    published.iter().map(|value| f64::from_bits(value.load(Ordering::Relaxed))).collect()
+impl SlopeSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::EngineFit => "engine_fit",
+            Self::EngineLine => "engine_line",
+            Self::FirstTokens => "first_tokens",
+        }
+    }
 }
 
 /// What an estimate holds, for the admin API (seconds).
 #[derive(Debug, Clone, PartialEq)]
 pub struct EstimateView {
+    /// The TTFT slope as [`EngineReading::Fitted`] reads it.
     pub ttft_seconds_per_token: f64,
-    /// Whether that slope is the engine's own count ([`EngineSpeed`]) rather than one
-    /// learned from this gateway's first tokens.
-    pub ttft_slope_from_engine: bool,
+    /// The TTFT slope as [`EngineReading::ThroughOrigin`] reads it.
+    pub ttft_seconds_per_token_through_origin: f64,
+    /// Where those come from.
+    pub ttft_slope_source: SlopeSource,
     /// Engine tokens per token this gateway counts ([`TokenScale`]), 1 until learned.
     pub engine_tokens_per_counted: f64,
     /// TTFT at zero prompt tokens by other requests in flight (index).
@@ -209,16 +218,29 @@ impl LatencyEstimate {
         self.placements.load(Ordering::Relaxed)
     }
 
-    /// The learned TTFT slope: seconds per prompt token of prefill.
-    pub fn ttft_slope(&self) -> f64 {
-        f64::from_bits(self.ttft_slope_published.load(Ordering::Relaxed))
+    /// The published TTFT slope as `reading` reads it: seconds per prompt token of prefill.
+    pub fn ttft_slope(&self, reading: EngineReading) -> f64 {
+        self.published(reading).slope()
     }
 
     /// Seconds per prompt token (as this gateway counts tokens) of the replica's prefill as
-    /// its engine counts it, if its counters have given one ([`EngineSpeed`]).
-    pub fn engine_slope(&self) -> Option<f64> {
-        let per_engine_token = self.engine_speed.slope()?;
+    /// its engine counts it and `reading` reads it, if its counters have given one
+    /// ([`EngineSpeed`]).
+    pub fn engine_slope(&self, reading: EngineReading) -> Option<f64> {
+        let per_engine_token = self.engine_speed.slope_read(reading)?;
         Some(per_engine_token * self.token_scale.engine_per_counted())
+    }
+
+    /// Whether the engine's slope is its two-term fit ([`EngineSpeed::reads_fit`]).
+    pub fn engine_reads_fit(&self) -> bool {
+        self.engine_speed.reads_fit()
+    }
+
+    fn published(&self, reading: EngineReading) -> &PublishedPrefill {
+        match reading {
+            EngineReading::Fitted => &self.prefill_fitted,
+            EngineReading::ThroughOrigin => &self.prefill_through_origin,
+        }
     }
 
     /// When a request of about `prompt_tokens` was last placed on the replica (zero: never).
@@ -231,16 +253,17 @@ impl LatencyEstimate {
         &self.remeasure
     }
 
-    /// [`Self::predict`] for a pick at `now`: the TTFT scaled by how late the replica's
-    /// waiting streams are ([`Overdue::factor`]).
+    /// [`Self::predict_read`] for a pick at `now`: the TTFT scaled by how late the
+    /// replica's waiting streams are ([`Overdue::factor`]).
     pub fn predict_at(
         &self,
         now: Instant,
+        reading: EngineReading,
         queued_ahead: u64,
         prompt_tokens: u64,
         in_flight: u64,
     ) -> Predicted {
-        let mut predicted = self.predict(queued_ahead, prompt_tokens, in_flight);
+        let mut predicted = self.predict_read(reading, queued_ahead, prompt_tokens, in_flight);
         predicted.ttft *= self.overdue.factor(now);
         predicted
     }
@@ -251,18 +274,26 @@ impl LatencyEstimate {
     }
 
     /// TTFT for `prompt_tokens` placed behind `queued_ahead` prompt tokens, and TPOT with
-    /// `in_flight` streams (this one included) on the replica, from the model alone.
+    /// `in_flight` streams (this one included) on the replica, from the model alone, its
+    /// engine's speed read by its fit where it stands.
     pub fn predict(&self, queued_ahead: u64, prompt_tokens: u64, in_flight: u64) -> Predicted {
-        let slope = f64::from_bits(self.ttft_slope_published.load(Ordering::Relaxed));
+        self.predict_read(EngineReading::Fitted, queued_ahead, prompt_tokens, in_flight)
+    }
+
+    /// [`Self::predict`] with the engine's speed as `reading` reads it.
+    pub fn predict_read(
+        &self,
+        reading: EngineReading,
+        queued_ahead: u64,
+        prompt_tokens: u64,
+        in_flight: u64,
+    ) -> Predicted {
+        let prefill = self.published(reading);
         let (c, d) = read(&self.decode_published);
-        let others = slot(in_flight.saturating_sub(1));
-        let read_at = |published: &[AtomicU64; COUNTS]| {
-            f64::from_bits(published[others].load(Ordering::Relaxed))
-        };
+        let (intercept, spread) = prefill.at(slot(in_flight.saturating_sub(1)));
         Predicted {
-            ttft: read_at(&self.ttft_intercepts_published)
-                + slope * (queued_ahead + prompt_tokens) as f64,
-            ttft_spread: read_at(&self.ttft_spreads_published),
+            ttft: intercept + prefill.slope() * (queued_ahead + prompt_tokens) as f64,
+            ttft_spread: spread,
             tpot: c + d * in_flight as f64,
         }
     }
@@ -305,14 +336,20 @@ impl LatencyEstimate {
         }
     }
 
-    /// Publishes the prefill model: the engine's slope if it counts one, else the one
-    /// learned from this gateway's first tokens; the intercepts and spreads net of it.
+    /// Publishes the prefill model at each reading's slope: the engine's if it counts one,
+    /// else the one learned from this gateway's first tokens; the intercepts and spreads
+    /// net of it.
     fn publish_prefill(&self, models: &Models) {
-        let slope = self.engine_slope().unwrap_or_else(|| models.prefill.slope());
-        self.ttft_slope_published.store(slope.to_bits(), Ordering::Relaxed);
-        let intercepts = models.prefill.intercepts_at(slope);
-        store_each(&self.ttft_intercepts_published, &intercepts);
-        store_each(&self.ttft_spreads_published, &models.prefill.spreads_at(slope, &intercepts));
+        let slope_read =
+            |reading| self.engine_slope(reading).unwrap_or_else(|| models.prefill.slope());
+        let fitted = slope_read(EngineReading::Fitted);
+        self.prefill_fitted.store(&models.prefill, fitted);
+        let through_origin = slope_read(EngineReading::ThroughOrigin);
+        if through_origin == fitted {
+            self.prefill_through_origin.copy_from(&self.prefill_fitted);
+        } else {
+            self.prefill_through_origin.store(&models.prefill, through_origin);
+        }
     }
 
     /// A stream that had `in_flight` streams on the replica (on average) decoded at `tpot`.
@@ -331,13 +368,18 @@ impl LatencyEstimate {
     /// The published coefficients and counters, as of `now`.
     pub fn view(&self, now: Instant) -> EstimateView {
         EstimateView {
-            ttft_seconds_per_token: f64::from_bits(
-                self.ttft_slope_published.load(Ordering::Relaxed),
-            ),
-            ttft_slope_from_engine: self.engine_speed.slope().is_some(),
+            ttft_seconds_per_token: self.prefill_fitted.slope(),
+            ttft_seconds_per_token_through_origin: self.prefill_through_origin.slope(),
+            ttft_slope_source: if self.engine_speed.reads_fit() {
+                SlopeSource::EngineFit
+            } else if self.engine_speed.slope().is_some() {
+                SlopeSource::EngineLine
+            } else {
+                SlopeSource::FirstTokens
+            },
             engine_tokens_per_counted: self.token_scale.engine_per_counted(),
-            ttft_intercepts: load_each(&self.ttft_intercepts_published),
-            ttft_spreads: load_each(&self.ttft_spreads_published),
+            ttft_intercepts: self.prefill_fitted.intercepts(),
+            ttft_spreads: self.prefill_fitted.spreads(),
             decode: read(&self.decode_published),
             pending_prefill_tokens: self.pending_prefill_tokens(),
             engine_prefill_tokens: self.engine_prefill_tokens(),

@@ -44,7 +44,7 @@ use crate::gateway::pick::least_queue;
 use crate::gateway::pick::policy::{
     PickContext, Policy, RequestShape, candidate_count, nth_candidate,
 };
-use crate::gateway::pick::predict::Predicted;
+use crate::gateway::pick::predict::{EngineReading, Predicted};
 use crate::gateway::pick::replica::Replica;
 
 /// One pick in this many goes to the stalest candidate, whatever the predictions say.
@@ -134,7 +134,8 @@ pub fn predicted_for(
 ) -> Predicted {
     let in_flight = context.requests_on(replica) + 1;
     let estimate = &replica.latency;
-    estimate.predict_at(context.now, estimate.ahead_of_next(), request.prompt_tokens, in_flight)
+    let (ahead, prompt) = (estimate.ahead_of_next(), request.prompt_tokens);
+    estimate.predict_at(context.now, EngineReading::Fitted, ahead, prompt, in_flight)
 }
 
 /// Whether a headroom means both predictions are within `FIT_SHARE` of the SLO.

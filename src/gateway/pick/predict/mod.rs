@@ -19,6 +19,8 @@ pub mod remeasure;
 mod tests;
 pub mod token_scale;
 
-pub use engine_speed::EngineWork;
-pub use estimate::{EngineEntry, EstimateView, LatencyEstimate, LatencyProbe, Predicted};
+pub use engine_speed::{EngineReading, EngineWork};
+pub use estimate::{
+    EngineEntry, EstimateView, LatencyEstimate, LatencyProbe, Predicted, SlopeSource,
+};
 pub use headroom::PredictedLatency;

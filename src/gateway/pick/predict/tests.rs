@@ -9,7 +9,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::headroom::{Margins, fits};
-use super::{EngineEntry, LatencyProbe, PredictedLatency};
+use super::{EngineEntry, EngineReading, LatencyProbe, PredictedLatency};
 use crate::gateway::config::EntrySlo;
 use crate::gateway::pick::policy::{PickContext, Policy, RequestShape};
 use crate::gateway::pick::replica::{Replica, ReportedLoad};
@@ -452,7 +452,7 @@ fn first_tokens_behind_another_gateways_prefill_do_not_flatten_the_prefill_slope
         first_token(200, &context, engine(200));
         first_token(3000, &context, engine(3000));
     }
-    let slope = replica.latency.ttft_slope();
+    let slope = replica.latency.ttft_slope(EngineReading::Fitted);
     assert!((slope - 80e-6).abs() < 1e-6, "{slope}");
     // The engine reports one request running that this gateway did not send.
     let reported = ReportedLoad { running: 1, ..ReportedLoad::default() };
@@ -460,7 +460,7 @@ fn first_tokens_behind_another_gateways_prefill_do_not_flatten_the_prefill_slope
     for _ in 0..8 {
         first_token(200, &context, engine(3000) + engine(200));
     }
-    let kept = replica.latency.ttft_slope();
+    let kept = replica.latency.ttft_slope(EngineReading::Fitted);
     assert!((kept - slope).abs() < 1e-9, "{kept} against {slope}");
     // Had the gateway taken them as alone, the hits' fastest would be 270 ms slower and
     // the slope read off the two sizes a tenth of the engine's.

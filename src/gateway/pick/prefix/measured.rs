@@ -16,12 +16,18 @@
 //! at the configured speed for all. At the configured speed, a fresh gateway in front of a
 //! real replica eight times slower than the other two sent it a third of the first turns
 //! of a conversation workload (0.8-2.0 s each), and their next turns stayed there.
+//!
+//! Where engines count their speed, one pick reads every candidate's alike
+//! ([`EngineReading`]): by each engine's fit where every candidate's stands, else by each
+//! one's line through the origin. Two real replicas of one speed, one read by its fit (46
+//! us a token) and the other by its line (308), split a burst of first turns 26 to 6.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::ttft::{FAILURE_PENALTY_US, QueueTtft, TtftEstimate};
 use crate::gateway::pick::policy::{PickContext, RequestShape};
+use crate::gateway::pick::predict::EngineReading;
 use crate::gateway::pick::predict::headroom::FIT_SHARE;
 use crate::gateway::pick::replica::Replica;
 
@@ -30,11 +36,12 @@ pub const MIN_PREFILL_SAMPLES: u64 = 8;
 
 /// The estimate one pick judges its candidates with.
 pub enum MeasuredTtft<'a> {
-    /// Every candidate measured: learned models, with the request's objectives.
-    Learned { request: &'a RequestShape },
+    /// Every candidate measured: learned models, with the request's objectives, their
+    /// engines' speeds read alike.
+    Learned { request: &'a RequestShape, reading: EngineReading },
     /// Some candidate not yet measured, every candidate's engine measured: the queue
-    /// estimate for all, each at its engine's prefill speed.
-    EngineSpeeds(QueueTtft),
+    /// estimate for all, each at its engine's prefill speed, read alike.
+    EngineSpeeds { queue: QueueTtft, reading: EngineReading },
     /// Some candidate not yet measured: the configured queue estimate for all.
     Configured(QueueTtft),
 }
@@ -52,13 +59,31 @@ impl<'a> MeasuredTtft<'a> {
             let (prefills, _) = replicas[index].latency.samples();
             prefills >= MIN_PREFILL_SAMPLES
         };
-        let engine_measured = |&index: &usize| replicas[index].latency.engine_slope().is_some();
+        let engine_measured =
+            |&index: &usize| replicas[index].latency.engine_slope(EngineReading::Fitted).is_some();
+        let reading = Self::reading(replicas, candidates);
         if candidates.iter().all(measured) {
-            Self::Learned { request }
+            Self::Learned { request, reading }
         } else if candidates.iter().all(engine_measured) {
-            Self::EngineSpeeds(configured)
+            Self::EngineSpeeds { queue: configured, reading }
         } else {
             Self::Configured(configured)
+        }
+    }
+
+    /// How the candidates' engine speeds are read: by their fits if no candidate's engine
+    /// reads only its line through the origin (a candidate whose engine counts none is read
+    /// at this gateway's own slope either way), else by their lines.
+    fn reading(replicas: &[Arc<Replica>], candidates: &[usize]) -> EngineReading {
+        let line_only = |&index: &usize| {
+            let estimate = &replicas[index].latency;
+            estimate.engine_slope(EngineReading::ThroughOrigin).is_some()
+                && !estimate.engine_reads_fit()
+        };
+        if candidates.iter().any(line_only) {
+            EngineReading::ThroughOrigin
+        } else {
+            EngineReading::Fitted
         }
     }
 
@@ -73,7 +98,7 @@ impl<'a> MeasuredTtft<'a> {
     pub fn alone_us(&self, replica: &Replica, uncached_tokens: u64, now: Instant) -> Option<f64> {
         match self {
             Self::Configured(_) => None,
-            Self::Learned { .. } | Self::EngineSpeeds(_) => {
+            Self::Learned { .. } | Self::EngineSpeeds { .. } => {
                 let prefill = self.prefill_us_per_token(replica) * uncached_tokens as f64;
                 Some(prefill * replica.latency.late_factor(now))
             }
@@ -89,10 +114,11 @@ impl<'a> MeasuredTtft<'a> {
     pub fn prefill_us_per_token(&self, replica: &Replica) -> f64 {
         match self {
             Self::Configured(queue) => queue.prefill_us_per_token,
-            Self::EngineSpeeds(queue) => {
-                replica.latency.engine_slope().map_or(queue.prefill_us_per_token, |s| s * 1e6)
-            }
-            Self::Learned { .. } => replica.latency.ttft_slope() * 1e6,
+            Self::EngineSpeeds { queue, reading } => replica
+                .latency
+                .engine_slope(*reading)
+                .map_or(queue.prefill_us_per_token, |s| s * 1e6),
+            Self::Learned { reading, .. } => replica.latency.ttft_slope(*reading) * 1e6,
         }
     }
 }
@@ -107,9 +133,9 @@ impl MeasuredTtft<'_> {
         context: &PickContext,
         spreads: f64,
     ) -> f64 {
-        let request = match self {
+        let (request, reading) = match self {
             // Late waiting streams are evidence whatever judges the rest.
-            Self::Configured(queue) | Self::EngineSpeeds(queue) => {
+            Self::Configured(queue) | Self::EngineSpeeds { queue, .. } => {
                 let at_its_speed = QueueTtft {
                     prefill_us_per_token: self.prefill_us_per_token(replica),
                     ..*queue
@@ -117,14 +143,15 @@ impl MeasuredTtft<'_> {
                 let late = replica.latency.late_factor(context.now);
                 return at_its_speed.ttft_us(replica, uncached_tokens, context) * late;
             }
-            Self::Learned { request } => request,
+            Self::Learned { request, reading } => (request, *reading),
         };
         let estimate = &replica.latency;
         // Every gateway's requests count (the engine's report), as they do where the model
         // learns (`LatencyProbe`).
         let in_flight = context.requests_on(replica) + 1;
         let ahead = estimate.ahead_of_next();
-        let predicted = estimate.predict_at(context.now, ahead, uncached_tokens, in_flight);
+        let predicted =
+            estimate.predict_at(context.now, reading, ahead, uncached_tokens, in_flight);
         let ttft = predicted.ttft + spreads * predicted.ttft_spread;
         let mut us = ttft * 1e6 + FAILURE_PENALTY_US * replica.load.failures() as f64;
         let tpot_objective = request.slo.tpot.as_secs_f64();
@@ -199,7 +226,7 @@ mod tests {
         // Both, the second eight times slower a token: each at its own.
         teach_engine(&set[1], 640.0);
         let estimate = MeasuredTtft::for_candidates(&set, &[0, 1], &request, CONFIGURED);
-        assert!(matches!(estimate, MeasuredTtft::EngineSpeeds(_)));
+        assert!(matches!(estimate, MeasuredTtft::EngineSpeeds { .. }));
         let now = context().now;
         let alone = |i: usize| estimate.alone_us(&set[i], 1000, now).unwrap();
         // 400-token prompts: 5 ms a request spread over them, 12.5 us a token more.

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use super::PromptKey;
 use super::index::Held;
 use crate::gateway::pick::policy::PickContext;
+use crate::gateway::pick::predict::EngineReading;
 use crate::gateway::pick::replica::Replica;
 
 /// Whether the trace is on.
@@ -68,7 +69,7 @@ pub fn emit(
             reported,
             replica.latency.ahead_of_next(),
             replica.latency.late_factor(context.now),
-            replica.latency.ttft_slope() * 1e6,
+            replica.latency.ttft_slope(EngineReading::Fitted) * 1e6,
             replica.latency.samples().0,
         );
     }

@@ -2,6 +2,7 @@
 //! and self-correction; where sessions go (rendezvous stability, bounded load) in
 //! [`sessions`].
 
+mod engine_readings;
 mod sessions;
 
 use std::sync::Arc;
