@@ -62,6 +62,7 @@ pub fn fastest(
                 held,
                 ttft_us: estimate.ttft_us(&replicas[i], uncached, context),
                 recompute_us: (uncached - least_uncached) as f64 * extra_us_per_token(&replicas[i]),
+                prefill_us_per_token: (choice.prefill_us_per_token)(&replicas[i]),
             }
         })
         .collect();

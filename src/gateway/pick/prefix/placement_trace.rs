@@ -1,7 +1,8 @@
 //! A debug trace of every prompt placement, at target `laneway::placement`: per candidate
 //! the blocks it holds of the prompt, its cost and what the cost was made of (its own
 //! in-flight requests, the engine's reported running and waiting, the prefill this gateway
-//! knows is queued there, how late its waiting streams are, its learned prefill slope), and
+//! knows is queued there, how late its waiting streams are, the prefill speed the pick read
+//! for it: learned, its engine's by the pick's reading, or configured), and
 //! the replica chosen; and, before a conversation's turn contends away from its home,
 //! which rule let it. Built only when enabled (`RUST_LOG=info,laneway::placement=debug`;
 //! it then also takes each candidate's model lock for its sample count), so a pick pays
@@ -14,7 +15,6 @@ use std::sync::Arc;
 use super::PromptKey;
 use super::index::Held;
 use crate::gateway::pick::policy::PickContext;
-use crate::gateway::pick::predict::EngineReading;
 use crate::gateway::pick::replica::Replica;
 
 /// Whether the trace is on.
@@ -31,6 +31,8 @@ pub struct Scored {
     pub ttft_us: f64,
     /// What recomputing blocks another candidate holds was charged, in microseconds.
     pub recompute_us: f64,
+    /// The prefill speed the pick read for it, in microseconds a token.
+    pub prefill_us_per_token: f64,
 }
 
 impl Scored {
@@ -69,7 +71,7 @@ pub fn emit(
             reported,
             replica.latency.ahead_of_next(),
             replica.latency.late_factor(context.now),
-            replica.latency.ttft_slope(EngineReading::Fitted) * 1e6,
+            s.prefill_us_per_token,
             replica.latency.samples().0,
         );
     }
