@@ -34,11 +34,10 @@
 //! read the line (308), and a burst of first turns went 26 to 6
 //! (`benches/results/2026-12-07-conversations-32x8`). So both are published, and a pick
 //! reads all its candidates alike ([`EngineReading`]): by their fits where every one
-//! stands, else by their lines. The gateway's own first
-//! tokens, the only other source, read 22 and 58 us a token on two real replicas of one
-//! speed, and the burst of a conversation workload's first turns went two to one onto the
-//! one that looked faster. A replica exporting none of these counters (SGLang, an older
-//! vLLM) keeps the gateway's own slope.
+//! stands, else by their lines. The gateway's own first tokens, the only other source, read
+//! 22 and 58 us a token on two real replicas of one speed, and the burst of a conversation
+//! workload's first turns went two to one onto the one that looked faster. A replica
+//! exporting none of these counters (SGLang, an older vLLM) keeps the gateway's own slope.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -61,10 +61,10 @@ impl<'a> MeasuredTtft<'a> {
         };
         let engine_measured =
             |&index: &usize| replicas[index].latency.engine_slope(EngineReading::Fitted).is_some();
-        let reading = Self::reading(replicas, candidates);
         if candidates.iter().all(measured) {
-            Self::Learned { request, reading }
+            Self::Learned { request, reading: Self::reading(replicas, candidates) }
         } else if candidates.iter().all(engine_measured) {
+            let reading = Self::reading(replicas, candidates);
             Self::EngineSpeeds { queue: configured, reading }
         } else {
             Self::Configured(configured)
