@@ -82,7 +82,8 @@ pub fn spawn_scrapers(
                     let scrape = tokio::time::timeout(interval * 4, scrape_once(&client, &replica));
                     match scrape.await {
                         Ok(Ok(scraped)) => {
-                            replica.load.record_scrape(scraped.load, epoch, Instant::now());
+                            let now = Instant::now();
+                            replica.load.record_scrape(scraped.load, epoch, now);
                             if let Some(work) = scraped.work {
                                 // Names the replica in `laneway::engine_speed`'s traces;
                                 // enabled only where they are.
@@ -93,7 +94,7 @@ pub fn spawn_scrapers(
                                     replica = %name
                                 );
                                 let _entered = span.enter();
-                                replica.latency.observe_engine_work(work);
+                                replica.latency.observe_engine_work(work, now);
                             }
                         }
                         // Refused, 5xx or too slow: the picker avoids the replica until a

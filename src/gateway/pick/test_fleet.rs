@@ -51,9 +51,10 @@ pub fn teach(replica: &Replica, us_per_token: f64, tpot_ms: f64) {
 pub fn teach_engine(replica: &Replica, us_per_token: f64) {
     let prefills = 32.0;
     let tokens = 400.0 * prefills;
-    replica.latency.observe_engine_work(EngineWork {
+    let work = EngineWork {
         prefill_seconds: 0.005 * prefills + us_per_token * 1e-6 * tokens,
         prefills,
         computed_tokens: tokens,
-    });
+    };
+    replica.latency.observe_engine_work(work, std::time::Instant::now());
 }

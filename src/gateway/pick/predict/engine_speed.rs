@@ -27,7 +27,7 @@
 //! the first few windows of hits and misses sharing steps), it is the line through the
 //! origin, `seconds / tokens` over the windows, each request's fixed cost spread over its
 //! tokens. That overstates the cost of a token by a request's fixed cost over its size and
-//! by the other prefills that shared its steps (197 us a counted token on a real
+//! by the decoding streams that shared its steps (197 us a counted token on a real
 //! conversation workload, predicting 370-490 ms for first tokens that came in 135 ms at the
 //! median), but alike on every replica that reads it. Two replicas of one speed can read
 //! differently: on 32 real conversations, one read the fit (46 us a token) while the other
@@ -38,8 +38,18 @@
 //! 22 and 58 us a token on two real replicas of one speed, and the burst of a conversation
 //! workload's first turns went two to one onto the one that looked faster. A replica
 //! exporting none of these counters (SGLang, an older vLLM) keeps the gateway's own slope.
+//!
+//! Both readings are divided by the engine's prefill concurrency: the windows' prefill
+//! seconds over the wall time they took, at least one ([`Fit::concurrency`]). Prefills that
+//! share engine steps each count every step they shared, so their seconds sum to more than
+//! the steps took; the gateway counts the prefill queued ahead of a request apart, and a
+//! slope inflated so would count it twice. The real engine ran 1.0-1.2 prefills at a time
+//! on 32 conversations x 8 turns and on mixed sizes at 1.5 a second: what stretches a
+//! prefill there (the line's 250-300 us a token against about 50 alone) is the decoding
+//! streams sharing its steps, which a new prompt on that replica shares too.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use parking_lot::Mutex;
 
@@ -142,6 +152,13 @@ struct Fit {
     weight: f64,
     /// Prefills the windows have held, undecayed.
     prefills: f64,
+    /// When the open window's wall time started: the scrape that closed the last window
+    /// (or the first scrape).
+    window_opened: Option<Instant>,
+    /// Decayed sums over timed windows (not the engine's history) of their prefill seconds
+    /// and of the wall seconds they took: the engine's prefill concurrency.
+    timed_prefill_seconds: f64,
+    wall_seconds: f64,
 }
 
 impl EngineSpeed {
@@ -169,16 +186,21 @@ impl EngineSpeed {
         f64::from_bits(self.fitted_bits.load(Ordering::Relaxed)) > 0.0
     }
 
-    /// A scrape read `work`; returns the slopes if this changed them.
-    pub fn observe(&self, work: EngineWork) -> Option<Slopes> {
+    /// A scrape read `work` at `at`; returns the slopes if this changed them.
+    pub fn observe(&self, work: EngineWork, at: Instant) -> Option<Slopes> {
         let mut fit = self.fit.lock();
         let last = fit.last.replace(work);
         let (window, counted) = match last {
-            // The first scrape: what the engine did before is a window of its own.
-            None => fit.history_window(work)?,
+            // The first scrape: what the engine did before is a window of its own, of no
+            // known wall time.
+            None => {
+                fit.window_opened = Some(at);
+                fit.history_window(work)?
+            }
             Some(last) => {
                 let Some(delta) = work.since(last) else {
-                    // The engine restarted: what it did since opens the next window.
+                    // The engine restarted: what it did since opens the next window (its
+                    // wall time counted from the last window's close, a little long).
                     fit.window = work;
                     return None;
                 };
@@ -187,6 +209,12 @@ impl EngineSpeed {
                     return None;
                 }
                 let window = std::mem::take(&mut fit.window);
+                if let Some(opened) = fit.window_opened.replace(at) {
+                    fit.add_wall_time(
+                        window.prefill_seconds,
+                        at.duration_since(opened).as_secs_f64(),
+                    );
+                }
                 (window, window.prefills)
             }
         };
@@ -218,6 +246,25 @@ impl Fit {
         Some((window, MIN_PREFILLS))
     }
 
+    /// A closed window's prefill seconds took `wall` seconds: into the concurrency's sums,
+    /// decayed as the fit's are.
+    fn add_wall_time(&mut self, prefill_seconds: f64, wall: f64) {
+        self.timed_prefill_seconds = self.timed_prefill_seconds * DECAY + prefill_seconds;
+        self.wall_seconds = self.wall_seconds * DECAY + wall;
+    }
+
+    /// How many prefills the engine ran at once, on average over the timed windows: their
+    /// prefill seconds over their wall time, at least one (and one before any window is
+    /// timed). An engine idle part of a window reads lower than it ran while busy, so the
+    /// slopes divided by it stay at or above the engine's own cost.
+    fn concurrency(&self) -> f64 {
+        if self.wall_seconds > 0.0 {
+            (self.timed_prefill_seconds / self.wall_seconds).max(1.0)
+        } else {
+            1.0
+        }
+    }
+
     /// Adds a closed window to the decayed sums, as `counted` prefills toward publishing.
     fn add_window(&mut self, window: EngineWork, counted: f64) {
         let (n, u, t) = (window.prefills, window.computed_tokens, window.prefill_seconds);
@@ -233,8 +280,8 @@ impl Fit {
 
     /// The line through the origin, `t = b * u`, and `b` of `t = a * n + b * u` with `a` at
     /// least zero where the windows tell the terms apart and `b` stands [`MIN_T_STATISTIC`]
-    /// standard errors above zero. `None` before the windows hold [`MIN_PREFILLS`]
-    /// prefills, or if the tokens took no time.
+    /// standard errors above zero, each divided by the engine's [`Fit::concurrency`]. `None`
+    /// before the windows hold [`MIN_PREFILLS`] prefills, or if the tokens took no time.
     fn slopes(&self) -> Option<Slopes> {
         if self.prefills < MIN_PREFILLS {
             return None;
@@ -243,7 +290,8 @@ impl Fit {
         if uu <= 0.0 {
             return None;
         }
-        let through_origin = ut / uu;
+        let concurrency = self.concurrency();
+        let through_origin = ut / uu / concurrency;
         if through_origin <= 0.0 {
             return None;
         }
@@ -254,6 +302,7 @@ impl Fit {
             tracing::debug!(
                 target: "laneway::engine_speed",
                 independence,
+                concurrency,
                 through_origin_us = through_origin * 1e6,
                 "engine prefill fit: one size of request"
             );
@@ -276,20 +325,55 @@ impl Fit {
         tracing::debug!(
             target: "laneway::engine_speed",
             independence,
-            per_request_ms = per_request * 1e3,
-            per_token_us = per_token * 1e6,
+            per_request_ms = per_request * 1e3 / concurrency,
+            per_token_us = per_token * 1e6 / concurrency,
             t = per_token / standard_error,
+            concurrency,
             through_origin_us = through_origin * 1e6,
             fitted,
             "engine prefill fit"
         );
-        Some(Slopes { through_origin, fitted: fitted.then_some(per_token) })
+        Some(Slopes { through_origin, fitted: fitted.then_some(per_token / concurrency) })
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::cell::Cell;
+    use std::time::Duration;
+
     use super::*;
+
+    /// An engine's speed scraped every ten minutes: windows far longer than their prefills'
+    /// seconds, so the engine ran one prefill at a time.
+    struct Scraped {
+        speed: EngineSpeed,
+        clock: Cell<Instant>,
+    }
+
+    impl Default for Scraped {
+        fn default() -> Self {
+            Self { speed: EngineSpeed::default(), clock: Cell::new(Instant::now()) }
+        }
+    }
+
+    impl Scraped {
+        fn observe(&self, work: EngineWork) -> Option<Slopes> {
+            self.observe_after(work, Duration::from_secs(600))
+        }
+
+        fn observe_after(&self, work: EngineWork, wall: Duration) -> Option<Slopes> {
+            self.clock.set(self.clock.get() + wall);
+            self.speed.observe(work, self.clock.get())
+        }
+    }
+
+    impl std::ops::Deref for Scraped {
+        type Target = EngineSpeed;
+        fn deref(&self) -> &EngineSpeed {
+            &self.speed
+        }
+    }
 
     /// Counters after `requests` more prefills of `prompt` tokens, `cached` of them cached,
     /// each taking `fixed + per_token * uncached` seconds.
@@ -311,7 +395,7 @@ mod tests {
 
     #[test]
     fn hits_and_misses_tell_the_engines_cost_per_token_from_its_cost_per_request() {
-        let speed = EngineSpeed::default();
+        let speed = Scraped::default();
         let engine = (0.01, 80e-6);
         let mut work = EngineWork::default();
         assert_eq!(speed.observe(work), None);
@@ -336,7 +420,7 @@ mod tests {
 
     #[test]
     fn one_shape_of_request_is_read_through_the_origin_and_a_restart_starts_over() {
-        let speed = EngineSpeed::default();
+        let speed = Scraped::default();
         let mut work = EngineWork::default();
         speed.observe(work);
         for _ in 0..6 {
@@ -364,7 +448,7 @@ mod tests {
         // Conversation turns: 450 to 520 uncached tokens a request, each window's prefills
         // 20% slower or faster by what else its steps ran, in another order on each replica.
         let read = |phase: usize| {
-            let speed = EngineSpeed::default();
+            let speed = Scraped::default();
             let mut work = EngineWork::default();
             speed.observe(work);
             for window in 0..24 {
@@ -387,7 +471,7 @@ mod tests {
         // Shared prefixes' first windows: a hit scheduled beside a miss's chunk took about
         // as long as the miss, so each window's seconds follow its requests, barely its
         // uncached tokens (four requests, one to three of them misses of 3,000 tokens).
-        let speed = EngineSpeed::default();
+        let speed = Scraped::default();
         let mut work = EngineWork::default();
         speed.observe(work);
         let windows = [(1.0, 0.19), (3.0, 0.23), (2.0, 0.18), (1.0, 0.21), (3.0, 0.20)];
@@ -426,8 +510,74 @@ mod tests {
     }
 
     #[test]
+    fn prefills_that_shared_the_engines_steps_read_the_engines_cost() {
+        // Windows of four prefills of `uncached` tokens each, at 5 ms a request and 50 us a
+        // token of the engine's own work. Four at once share every step: each counts the
+        // four's work, and the window takes that long on the wall clock.
+        let read = |at_once: bool, sizes: [f64; 2]| {
+            let speed = Scraped::default();
+            let mut work = EngineWork::default();
+            speed.observe(work);
+            for window in 0..12 {
+                let uncached = sizes[window % 2];
+                let own = 0.005 + 50e-6 * uncached;
+                let (each, wall) = if at_once { (4.0 * own, 4.0 * own) } else { (own, 600.0) };
+                let delta = EngineWork {
+                    prefill_seconds: 4.0 * each,
+                    prefills: 4.0,
+                    computed_tokens: 4.0 * uncached,
+                };
+                work.add(delta);
+                speed.observe_after(work, Duration::from_secs_f64(wall));
+            }
+            let concurrency = speed.fit.lock().concurrency();
+            (concurrency, speed.slope_read(EngineReading::ThroughOrigin).unwrap(), speed.slope())
+        };
+        // One size: the line, 5 ms spread over 500 tokens, alike one by one or four at once.
+        let (concurrency, line, slope) = read(true, [500.0, 500.0]);
+        assert!((concurrency - 4.0).abs() < 1e-9, "{concurrency}");
+        assert!((line - 60e-6).abs() < 1e-9 && slope == Some(line), "{line} {slope:?}");
+        let (concurrency, alone, _) = read(false, [500.0, 500.0]);
+        assert_eq!(concurrency, 1.0);
+        assert!((alone - line).abs() < 1e-9, "{alone} {line}");
+        // Two sizes tell the terms apart: the fit reads the engine's 50 us a token.
+        let (_, _, slope) = read(true, [300.0, 700.0]);
+        assert!((slope.unwrap() - 50e-6).abs() < 1e-9, "{slope:?}");
+    }
+
+    #[test]
+    fn an_engine_idle_part_of_its_windows_reads_at_least_its_own_cost() {
+        // Four prefills at once, then as long idle: counted at half their concurrency, the
+        // line reads twice the engine's cost, never below it.
+        let speed = Scraped::default();
+        let mut work = EngineWork::default();
+        speed.observe(work);
+        for _ in 0..12 {
+            let each = 4.0 * 0.03;
+            work.add(EngineWork {
+                prefill_seconds: 4.0 * each,
+                prefills: 4.0,
+                computed_tokens: 2000.0,
+            });
+            speed.observe_after(work, Duration::from_secs_f64(2.0 * each));
+        }
+        let slope = speed.slope().unwrap();
+        assert!((slope - 120e-6).abs() < 1e-9, "{slope}");
+        // The history before the first scrape has no wall time: it leaves the concurrency
+        // at one.
+        let speed = Scraped::default();
+        speed.observe(EngineWork {
+            prefill_seconds: 64.0,
+            prefills: 100.0,
+            computed_tokens: 50_000.0,
+        });
+        assert_eq!(speed.fit.lock().concurrency(), 1.0);
+        assert!((speed.slope().unwrap() - 64.0 / 50_000.0).abs() < 1e-12);
+    }
+
+    #[test]
     fn a_window_closes_only_with_enough_prefills() {
-        let speed = EngineSpeed::default();
+        let speed = Scraped::default();
         let mut work = EngineWork::default();
         speed.observe(work);
         for _ in 0..12 {
@@ -442,7 +592,7 @@ mod tests {
     fn an_engine_that_served_before_the_first_scrape_has_its_speed_from_it() {
         // Two replicas that served before the gateway started, one eight times slower.
         let read_first_scrape = |per_token: f64| {
-            let speed = EngineSpeed::default();
+            let speed = Scraped::default();
             let mut work = EngineWork::default();
             speed.observe(served(&mut work, 32, (400.0, 0.0), (0.005, per_token)));
             speed.slope()
@@ -454,7 +604,7 @@ mod tests {
         assert!((slow - 652.5e-6).abs() < 1e-9, "{slow} against {fast}");
         // A long history weighs as one window: the engine slowed, and the windows after it
         // say so within a few.
-        let speed = EngineSpeed::default();
+        let speed = Scraped::default();
         let mut work = EngineWork::default();
         speed.observe(served(&mut work, 100_000, (400.0, 0.0), (0.0, 80e-6)));
         for _ in 0..10 {
@@ -464,7 +614,7 @@ mod tests {
         assert!(slope > 140e-6, "{slope}");
         // Fewer prefills than a window: they open the first window, and nothing is published
         // before the windows hold twelve.
-        let speed = EngineSpeed::default();
+        let speed = Scraped::default();
         let mut work = EngineWork::default();
         let mut three_more = || speed.observe(served(&mut work, 3, (400.0, 0.0), (0.0, 80e-6)));
         let published: Vec<bool> = (0..4).map(|_| three_more().is_some()).collect();

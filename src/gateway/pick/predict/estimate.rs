@@ -328,10 +328,10 @@ impl LatencyEstimate {
         self.token_scale.observe(counted, engine);
     }
 
-    /// A scrape read the engine's counters: where they give its prefill speed, that is the
-    /// slope, and each count's intercept is read net of it.
-    pub fn observe_engine_work(&self, work: EngineWork) {
-        if self.engine_speed.observe(work).is_some() {
+    /// A scrape at `at` read the engine's counters: where they give its prefill speed, that
+    /// is the slope, and each count's intercept is read net of it.
+    pub fn observe_engine_work(&self, work: EngineWork, at: Instant) {
+        if self.engine_speed.observe(work, at).is_some() {
             self.publish_prefill(&self.models.lock());
         }
     }

@@ -78,13 +78,16 @@ mod tests {
         use crate::gateway::pick::predict::{EngineReading, EngineWork, LatencyEstimate};
         let estimate = LatencyEstimate::default();
         let mut work = EngineWork::default();
-        estimate.observe_engine_work(work);
-        // A window of four prefills of 1,000 uncached engine tokens, 80 ms each.
+        let mut at = std::time::Instant::now();
+        estimate.observe_engine_work(work, at);
+        // A window of four prefills of 1,000 uncached engine tokens, 80 ms each, one at a
+        // time (a window a minute).
         let mut close_window = || {
             work.prefill_seconds += 4.0 * 0.08;
             work.prefills += 4.0;
             work.computed_tokens += 4000.0;
-            estimate.observe_engine_work(work);
+            at += std::time::Duration::from_secs(60);
+            estimate.observe_engine_work(work, at);
         };
         for _ in 0..3 {
             close_window();

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use http::HeaderMap;
 use prometheus::Registry;
@@ -31,13 +32,16 @@ const PER_TOKEN: f64 = 46e-6;
 /// size in `sizes` (uncached tokens), at [`PER_REQUEST`] and [`PER_TOKEN`].
 fn engine_serves(replica: &Replica, sizes: &[f64]) {
     let mut work = EngineWork::default();
-    replica.latency.observe_engine_work(work);
+    let mut at = Instant::now();
+    replica.latency.observe_engine_work(work, at);
     for window in 0..6 {
         let size = sizes[window % sizes.len()];
         work.prefills += 4.0;
         work.computed_tokens += 4.0 * size;
         work.prefill_seconds += 4.0 * (PER_REQUEST + PER_TOKEN * size);
-        replica.latency.observe_engine_work(work);
+        // A window a minute: one prefill at a time.
+        at += Duration::from_secs(60);
+        replica.latency.observe_engine_work(work, at);
     }
 }
 
@@ -45,9 +49,9 @@ fn engine_serves(replica: &Replica, sizes: &[f64]) {
 /// 10 ms plus [`PER_TOKEN`] a token, and a decode of 5 ms a token.
 fn first_tokens(replica: &Replica) {
     for _ in 0..8 {
-        let ttft = std::time::Duration::from_secs_f64(0.01 + PER_TOKEN * 500.0);
+        let ttft = Duration::from_secs_f64(0.01 + PER_TOKEN * 500.0);
         replica.latency.observe_prefill((0, 500), 0, true, ttft);
-        replica.latency.observe_decode(1.0, std::time::Duration::from_millis(5));
+        replica.latency.observe_decode(1.0, Duration::from_millis(5));
     }
 }
 
