@@ -60,4 +60,6 @@ async fn the_prefill_slope_is_learned_from_requests_another_client_sent() {
     let through_origin = estimate["ttft_seconds_per_token_through_origin"].as_f64().unwrap();
     let fitted = estimate["ttft_seconds_per_token"].as_f64().unwrap();
     assert!(through_origin > fitted, "{replicas}");
+    // One prefill at a time: the slopes are the engine's as counted.
+    assert_eq!(estimate["engine_prefill_concurrency"], 1.0, "{replicas}");
 }

@@ -65,6 +65,7 @@ fn latency_estimate(replica: &Replica) -> Value {
         "ttft_seconds_per_token": view.ttft_seconds_per_token,
         "ttft_seconds_per_token_through_origin": view.ttft_seconds_per_token_through_origin,
         "ttft_slope_source": view.ttft_slope_source.as_str(),
+        "engine_prefill_concurrency": view.engine_prefill_concurrency,
         "engine_tokens_per_counted_token": view.engine_tokens_per_counted,
         "ttft_intercept_by_others_in_flight": view.ttft_intercepts,
         "ttft_spread_by_others_in_flight": view.ttft_spreads,

@@ -139,6 +139,8 @@ pub struct EngineSpeed {
     /// by the fit; 0: none (yet).
     through_origin_bits: AtomicU64,
     fitted_bits: AtomicU64,
+    /// [`Fit::concurrency`] as `f64` bits, as of the last published fit; 0: none yet.
+    concurrency_bits: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -181,6 +183,13 @@ impl EngineSpeed {
         })
     }
 
+    /// How many prefills the engine ran at once, as the slopes published last were divided
+    /// by (at least one); `None` before any is published.
+    pub fn concurrency(&self) -> Option<f64> {
+        let concurrency = f64::from_bits(self.concurrency_bits.load(Ordering::Relaxed));
+        (concurrency > 0.0).then_some(concurrency)
+    }
+
     /// Whether the engine's slope is its fit (false: its line, or none yet).
     pub fn reads_fit(&self) -> bool {
         f64::from_bits(self.fitted_bits.load(Ordering::Relaxed)) > 0.0
@@ -220,6 +229,7 @@ impl EngineSpeed {
         };
         fit.add_window(window, counted);
         let slopes = fit.slopes()?;
+        self.concurrency_bits.store(fit.concurrency().to_bits(), Ordering::Relaxed);
         self.fitted_bits.store(slopes.fitted.unwrap_or(0.0).to_bits(), Ordering::Relaxed);
         self.through_origin_bits.store(slopes.through_origin.to_bits(), Ordering::Relaxed);
         Some(slopes)
@@ -530,7 +540,7 @@ mod tests {
                 work.add(delta);
                 speed.observe_after(work, Duration::from_secs_f64(wall));
             }
-            let concurrency = speed.fit.lock().concurrency();
+            let concurrency = speed.concurrency().expect("published with the slopes");
             (concurrency, speed.slope_read(EngineReading::ThroughOrigin).unwrap(), speed.slope())
         };
         // One size: the line, 5 ms spread over 500 tokens, alike one by one or four at once.

@@ -173,6 +173,9 @@ pub struct EstimateView {
     pub ttft_seconds_per_token_through_origin: f64,
     /// Where those come from.
     pub ttft_slope_source: SlopeSource,
+    /// How many prefills the engine ran at once, as its slopes are divided by; `None` unless
+    /// they are its.
+    pub engine_prefill_concurrency: Option<f64>,
     /// Engine tokens per token this gateway counts ([`TokenScale`]), 1 until learned.
     pub engine_tokens_per_counted: f64,
     /// TTFT at zero prompt tokens by other requests in flight (index).
@@ -377,6 +380,7 @@ impl LatencyEstimate {
             } else {
                 SlopeSource::FirstTokens
             },
+            engine_prefill_concurrency: self.engine_speed.concurrency(),
             engine_tokens_per_counted: self.token_scale.engine_per_counted(),
             ttft_intercepts: self.prefill_fitted.intercepts(),
             ttft_spreads: self.prefill_fitted.spreads(),
