@@ -184,12 +184,7 @@ fn prefills_that_shared_the_engines_steps_read_the_engines_cost() {
             let uncached = sizes[window % 2];
             let own = 0.005 + 50e-6 * uncached;
             let (each, wall) = if at_once { (4.0 * own, 4.0 * own) } else { (own, 600.0) };
-            let delta = EngineWork {
-                prefill_seconds: 4.0 * each,
-                prefills: 4.0,
-                computed_tokens: 4.0 * uncached,
-            };
-            work.add(delta);
+            let work = served(&mut work, 4, (uncached, 0.0), (each, 0.0));
             speed.observe_after(work, Duration::from_secs_f64(wall));
         }
         let concurrency = speed.concurrency().expect("published with the slopes");
@@ -216,11 +211,7 @@ fn an_engine_idle_part_of_its_windows_reads_at_least_its_own_cost() {
     speed.observe(work);
     for _ in 0..12 {
         let each = 4.0 * 0.03;
-        work.add(EngineWork {
-            prefill_seconds: 4.0 * each,
-            prefills: 4.0,
-            computed_tokens: 2000.0,
-        });
+        let work = served(&mut work, 4, (500.0, 0.0), (each, 0.0));
         speed.observe_after(work, Duration::from_secs_f64(2.0 * each));
     }
     let slope = speed.slope().unwrap();
