@@ -7,12 +7,16 @@
 # single     one real vLLM replica (scripts/real-vllm.sh, core 0, one API process) and one
 #            `laneway sim --profile vllm-cpu-tiny` (core 0), one after the other: TTFT by
 #            prompt size (128 to 8,192 tokens, one request at a time, salted) and TPOT by
-#            streams decoding at once (1, 4, 16), and the spread of one stream's token gaps,
-#            side by side with their ratio (benches/peers/single_requests.py). The profile
-#            should be within 15% of each.
+#            streams decoding at once (1, 4, 16) and by context (one stream over 128 to 8,192
+#            tokens), and the spread of one stream's token gaps (benches/peers/
+#            single_requests.py); then the profile's engine costs fitted to the real figures
+#            (benches/peers/fit_profile.py: vllm-cpu-tiny-fitted.toml, the host's speed moves
+#            between days) and a second sim run on it. Both side by side with their ratio to
+#            the real engine; the fitted profile should be within 15% of each.
 # workloads  benches/peers.sh's real-conv, real-prefix and real-mixed on two real replicas,
-#            then the same on two simulated ones (REAL_FLEET=sim REAL_SIM_PROFILE=vllm-cpu-tiny,
-#            one API process each), the same targets, seed and rounds; the two result files
+#            then the same on two simulated ones (REAL_FLEET=sim, the profile `single` fitted
+#            in the same output folder if there is one, else vllm-cpu-tiny; one API process
+#            each), the same targets, seed and rounds; the two result files
 #            side by side show TTFT p50/p90, TPOT, goodput and the targets' rank order on each
 #            (workloads.md, by benches/peers/real_table.py --compare).
 #            Long: about twice the real parts (--quick: a quarter of that).
@@ -36,20 +40,19 @@ done
 [[ -x "$LANEWAY" ]] || { echo "no laneway binary at $LANEWAY (cargo build --release)" >&2; exit 1; }
 mkdir -p "$OUT"
 SIM_PID=""
+FITTED="$OUT/vllm-cpu-tiny-fitted.toml"
 cleanup() {
     [[ -n "$SIM_PID" ]] && kill "$SIM_PID" 2>/dev/null || true
     bash "$ROOT/scripts/real-vllm.sh" stop --ports "$PORT" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT INT TERM
 
-single() {
-    bash "$ROOT/scripts/real-vllm.sh" setup
-    bash "$ROOT/scripts/real-vllm.sh" serve --replicas 1 --base-port "$PORT" --cores 0 --api-servers 1
-    python3 "$ROOT/benches/peers/single_requests.py" --url "http://127.0.0.1:$PORT" --name real \
-        --json "$OUT/single-real.json"
-    bash "$ROOT/scripts/real-vllm.sh" stop --ports "$PORT"
-    local log="$OUT/sim.out" url=""
-    taskset -c 0 "$LANEWAY" sim --port 0 --profile vllm-cpu-tiny --api-workers 1 >"$log" 2>&1 &
+# One `laneway sim` on core 0 started with the given profile arguments, measured as the real
+# replica was, into the JSON file named first.
+sim_single() {
+    local json="$1" log="$OUT/sim.out" url=""
+    shift
+    taskset -c 0 "$LANEWAY" sim --port 0 "$@" --api-workers 1 >"$log" 2>&1 &
     SIM_PID=$!
     for _ in $(seq 1 100); do
         url="$(grep -o 'http://127.0.0.1:[0-9]*' "$log" | head -n1 || true)"
@@ -57,22 +60,40 @@ single() {
         sleep 0.1
     done
     [[ -n "$url" ]] || { echo "the simulator did not start: $(cat "$log")" >&2; exit 1; }
-    python3 "$ROOT/benches/peers/single_requests.py" --url "$url" --name sim \
-        --json "$OUT/single-sim.json"
+    python3 "$ROOT/benches/peers/single_requests.py" --url "$url" --name sim --json "$json"
     kill "$SIM_PID"; SIM_PID=""
-    python3 - "$OUT/single-real.json" "$OUT/single-sim.json" >"$OUT/single.md" <<'EOF'
+}
+
+single() {
+    bash "$ROOT/scripts/real-vllm.sh" setup
+    bash "$ROOT/scripts/real-vllm.sh" serve --replicas 1 --base-port "$PORT" --cores 0 --api-servers 1
+    python3 "$ROOT/benches/peers/single_requests.py" --url "http://127.0.0.1:$PORT" --name real \
+        --json "$OUT/single-real.json"
+    bash "$ROOT/scripts/real-vllm.sh" stop --ports "$PORT"
+    # The profile refitted to this hour's real figures: the host's speed moves between days.
+    python3 "$ROOT/benches/peers/fit_profile.py" --figures "$OUT/single-real.json" \
+        --profile "$ROOT/config/profiles/vllm-cpu-tiny.toml" --out "$FITTED" | tee "$OUT/fitted.json"
+    sim_single "$OUT/single-sim.json" --profile vllm-cpu-tiny
+    sim_single "$OUT/single-sim-fitted.json" --config "$FITTED"
+    python3 - "$OUT/single-real.json" "$OUT/single-sim.json" "$OUT/single-sim-fitted.json" \
+        >"$OUT/single.md" <<'EOF'
 import json, sys
-real, sim = (json.load(open(path)) for path in sys.argv[1:3])
-print("| figure | real vLLM | sim vllm-cpu-tiny | sim / real |")
-print("|---|---|---|---|")
-for kind, unit, label in (("ttft_ms", "prompt tokens", "TTFT"), ("tpot_ms", "streams", "TPOT")):
-    for key, value in real[kind].items():
-        other = sim[kind].get(key)
-        ratio = f"{other / value:.2f}" if value and other else "-"
-        print(f"| {label} at {key} {unit} | {value} ms | {other} ms | {ratio} |")
-value, other = real.get("itl_cv"), sim.get("itl_cv")
-ratio = f"{other / value:.2f}" if value and other else "-"
-print(f"| spread of one stream's token gaps (sd / mean) | {value} | {other} | {ratio} |")
+real, sim, fitted = (json.load(open(path)) for path in sys.argv[1:4])
+print("| figure | real vLLM | sim vllm-cpu-tiny | sim / real | sim, fitted this hour | fitted / real |")
+print("|---|---|---|---|---|---|")
+def ratio(value, other):
+    return f"{other / value:.2f}" if value and other else "-"
+kinds = (("ttft_ms", "prompt tokens", "TTFT"), ("tpot_ms", "streams", "TPOT"),
+         ("tpot_by_context_ms", "tokens of context, one stream", "TPOT"),
+         ("tpot_streams_over_context_ms", "streams x tokens of context (not fitted)", "TPOT"))
+for kind, unit, label in kinds:
+    for key, value in real.get(kind, {}).items():
+        one, two = sim.get(kind, {}).get(key), fitted.get(kind, {}).get(key)
+        print(f"| {label} at {key} {unit} | {value} ms | {one} ms | {ratio(value, one)} "
+              f"| {two} ms | {ratio(value, two)} |")
+value, one, two = real.get("itl_cv"), sim.get("itl_cv"), fitted.get("itl_cv")
+print(f"| spread of one stream's token gaps (sd / mean) | {value} | {one} | {ratio(value, one)} "
+      f"| {two} | {ratio(value, two)} |")
 EOF
     cat "$OUT/single.md"
 }
@@ -80,8 +101,12 @@ EOF
 workloads() {
     PEERS_LANEWAY="$LANEWAY" PEERS_OUT="$OUT/real" REAL_API_SERVERS=1 \
         bash "$ROOT/benches/peers.sh" "${QUICK[@]}" real-conv real-prefix real-mixed
+    # The profile fitted by `single` in this output folder if there is one (run `single`
+    # first, within the hour), else the built-in one.
+    local profile=vllm-cpu-tiny
+    [[ -s "$FITTED" ]] && profile="$FITTED"
     PEERS_LANEWAY="$LANEWAY" PEERS_OUT="$OUT/sim" REAL_API_SERVERS=1 REAL_FLEET=sim \
-        REAL_SIM_PROFILE=vllm-cpu-tiny \
+        REAL_SIM_PROFILE="$profile" \
         bash "$ROOT/benches/peers.sh" "${QUICK[@]}" real-conv real-prefix real-mixed
     local name
     for name in real-conv real-prefix real-mixed; do

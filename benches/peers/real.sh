@@ -40,8 +40,9 @@
 #   REAL_FLEET=vllm|sim       sim: two `laneway sim` (tiny profile with a 16k context, model
 #                             `tiny`, REAL_API_SERVERS API workers) instead of vLLM, to check
 #                             the harness where no engine runs
-#   REAL_SIM_PROFILE=NAME     with REAL_FLEET=sim, this built-in profile instead (vllm-cpu-tiny:
-#                             the real engine simulated; benches/sim_vs_real.sh)
+#   REAL_SIM_PROFILE=NAME     with REAL_FLEET=sim, this built-in profile (vllm-cpu-tiny: the
+#                             real engine simulated) or profile file instead (the one
+#                             benches/sim_vs_real.sh fits to the hour's real engine)
 #   REAL_API_SERVERS=K        API processes per replica (default 2)
 #   REAL_ENTRIES_API_SERVERS  the counts real-entries runs through (default "2 4")
 #   REAL_ROUNDS=N             interleaved rounds (default 3)
@@ -203,7 +204,10 @@ real_fleet_up() {
         local profile=(--config "$config")
         sed -e 's/^max_model_len = .*/max_model_len = 16384/' "$ROOT/config/profiles/tiny.toml" >"$config"
         profile_desc="tiny profile, max_model_len 16384"
-        if [[ -n "$REAL_SIM_PROFILE" ]]; then
+        if [[ -f "$REAL_SIM_PROFILE" ]]; then
+            profile=(--config "$REAL_SIM_PROFILE")
+            profile_desc="profile file $REAL_SIM_PROFILE"
+        elif [[ -n "$REAL_SIM_PROFILE" ]]; then
             profile=(--profile "$REAL_SIM_PROFILE")
             profile_desc="profile $REAL_SIM_PROFILE"
         fi

@@ -1,12 +1,15 @@
 """Single-request latency of one replica, the figures a simulator profile is fitted to:
 TTFT by prompt size (one request at a time, each prompt salted so that none hits the
-prefix cache) and TPOT by the number of streams decoding at once. Standard library only.
+prefix cache) and TPOT by the number of streams decoding at once and by the context they
+decode over. Standard library only.
 
     single_requests.py --url http://127.0.0.1:8000 --name real [--model tiny] [--json FILE]
 
 Prints one JSON object: {"name", "ttft_ms": {tokens: median}, "tpot_ms": {streams: median},
-"itl_cv"}: itl_cv is the spread (standard deviation over mean) of the gaps between one stream's
-tokens, alone on the replica, over three 128-token streams (a simulator profile's
+"tpot_by_context_ms": {prompt tokens: one stream's median},
+"tpot_streams_over_context_ms": {"STREAMSxTOKENS": median}, "itl_cv"}: TPOT by streams is over
+128-token prompts; itl_cv is the spread (standard deviation over mean) of the gaps between one
+stream's tokens, alone on the replica, over three 128-token streams (a simulator profile's
 `engine.step_jitter`).
 Prompt sizes are reached by the replica's own count of a probe text's tokens (its usage). Every loop is bounded; every request has a timeout.
 """
@@ -22,6 +25,11 @@ import urllib.request
 
 PROMPT_SIZES = (128, 1024, 4096, 8192)
 STREAM_COUNTS = (1, 4, 16)
+# One stream's TPOT by the context it decodes over: what a decode step costs per token of
+# KV a sequence attends to.
+CONTEXT_SIZES = (128, 1024, 4096, 8192)
+# Many streams at once over a conversation's context: (streams, prompt tokens).
+STREAMS_OVER_CONTEXT = ((8, 1400), (16, 1400))
 REPEATS = 3
 TIMEOUT_S = 120
 WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
@@ -80,6 +88,27 @@ def stream(url: str, model: str, prompt: str, max_tokens: int) -> tuple[float, f
     return (first or end) - start, end - start, tokens, gaps
 
 
+def streams_tpot(url: str, model: str, name: str, per_word: float, count: int,
+                 prompt_tokens: int) -> float | None:
+    """Median TPOT (ms) of `count` 128-token streams started together over salted prompts of
+    about `prompt_tokens` tokens."""
+    results: list[float] = []
+    lock = threading.Lock()
+
+    def one(index: int) -> None:
+        salt = f"{name}-tpot-{count}-{prompt_tokens}-{index}-{time.time_ns()}"
+        first, e2e, tokens, _ = stream(url, model, text_of(int(prompt_tokens / per_word), salt), 128)
+        with lock:
+            results.append((e2e - first) / max(tokens - 1, 1) * 1000)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(TIMEOUT_S)
+    return round(statistics.median(results), 2) if results else None
+
+
 def measure(url: str, model: str, name: str) -> dict:
     per_word = tokens_per_word(url, model)
     ttft = {}
@@ -89,30 +118,27 @@ def measure(url: str, model: str, name: str) -> dict:
             prompt = text_of(int(size / per_word), f"{name}-{size}-{repeat}-{time.time_ns()}")
             samples.append(stream(url, model, prompt, 1)[0] * 1000)
         ttft[size] = round(statistics.median(samples), 1)
-    tpot = {}
-    for count in STREAM_COUNTS:
-        results: list[float] = []
-        lock = threading.Lock()
-
-        def one(index: int) -> None:
-            prompt = text_of(int(128 / per_word), f"{name}-tpot-{count}-{index}-{time.time_ns()}")
+    tpot = {count: streams_tpot(url, model, name, per_word, count, 128) for count in STREAM_COUNTS}
+    tpot_streams_over_context = {
+        f"{count}x{size}": streams_tpot(url, model, name, per_word, count, size)
+        for count, size in STREAMS_OVER_CONTEXT
+    }
+    tpot_by_context = {}
+    for size in CONTEXT_SIZES:
+        samples = []
+        for repeat in range(REPEATS):
+            prompt = text_of(int(size / per_word), f"{name}-context-{size}-{repeat}-{time.time_ns()}")
             first, e2e, tokens, _ = stream(url, model, prompt, 128)
-            with lock:
-                results.append((e2e - first) / max(tokens - 1, 1) * 1000)
-
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(TIMEOUT_S)
-        tpot[count] = round(statistics.median(results), 2) if results else None
+            samples.append((e2e - first) / max(tokens - 1, 1) * 1000)
+        tpot_by_context[size] = round(statistics.median(samples), 2)
     gaps = []
     for repeat in range(REPEATS):
         prompt = text_of(int(128 / per_word), f"{name}-itl-{repeat}-{time.time_ns()}")
         gaps += stream(url, model, prompt, 128)[3]
     itl_cv = round(statistics.pstdev(gaps) / statistics.mean(gaps), 3) if len(gaps) > 1 else None
     return {"name": name, "tokens_per_word": round(per_word, 3), "ttft_ms": ttft, "tpot_ms": tpot,
-            "itl_cv": itl_cv}
+            "tpot_by_context_ms": tpot_by_context,
+            "tpot_streams_over_context_ms": tpot_streams_over_context, "itl_cv": itl_cv}
 
 
 def main() -> None:

@@ -19,9 +19,11 @@
 //! step = slow_factor * ( step_base
 //!          + prefill_us_per_token * prefill_tokens
 //!          + attention_ns_per_token_pair / 1000 * sum over chunks of c * (p + c / 2)
-//!          + decode_us_per_seq * decoding_seqs )
+//!          + sum over decoding sequences of
+//!              (decode_us_per_seq + decode_ns_per_context_token / 1000 * context) )
 //! ```
-//! where a chunk of `c` tokens starts at prompt position `p`, times a random factor of mean
+//! where a chunk of `c` tokens starts at prompt position `p`, a decoding sequence's context
+//! is its prompt and the tokens it has generated, times a random factor of mean
 //! 1 where the profile asks for one ([`super::step_jitter`]). A replica that spans nodes
 //! adds its cross-node link's cost, see [`super::topology`]. Steps follow each other in
 //! simulated time; the engine sleeps until each step's end on the scaled wall clock, and
@@ -225,9 +227,14 @@ impl Engine {
         let mut work = Vec::with_capacity(running.len());
         let mut prefill_tokens = 0;
         let mut attention_pairs = 0.0;
+        let mut decode_us = 0.0;
         for (chunk, sequence) in chunks.iter_mut().zip(running) {
             if sequence.is_decoding() {
-                work.push(SequenceWork { tokens: 1, compute_us: profile.decode_us_per_seq });
+                let context = (sequence.prompt_tokens + sequence.generated) as f64;
+                let compute_us = profile.decode_us_per_seq
+                    + profile.decode_ns_per_context_token / 1000.0 * context;
+                decode_us += compute_us;
+                work.push(SequenceWork { tokens: 1, compute_us });
                 continue;
             }
             if budget == 0 {
@@ -261,7 +268,7 @@ impl Engine {
                 profile.step_base_us
                     + profile.prefill_us_per_token * prefill_tokens as f64
                     + profile.attention_ns_per_token_pair / 1000.0 * attention_pairs
-                    + profile.decode_us_per_seq * decoding as f64
+                    + decode_us
             }
         };
         StepPlan { chunks, cost_us }

@@ -60,6 +60,11 @@ pub struct EngineProfile {
     pub attention_ns_per_token_pair: f64,
     /// Cost per decoding sequence in a step.
     pub decode_us_per_seq: f64,
+    /// Extra cost per token of context a decoding sequence attends to in a step (its prompt
+    /// and what it has generated): decode attention reads every earlier token's KV, so a
+    /// stream over a long context steps slower (0, the default: decode cost is flat).
+    #[serde(default)]
+    pub decode_ns_per_context_token: f64,
     /// The coefficient of variation of a step's duration around its modelled cost (0, the
     /// default: every step exactly as modelled). Each step is multiplied by a log-normal
     /// factor of mean 1, drawn per replica from `--seed` and the replica's id
@@ -185,6 +190,7 @@ impl Profile {
             ("engine.prefill_us_per_token", engine.prefill_us_per_token),
             ("engine.attention_ns_per_token_pair", engine.attention_ns_per_token_pair),
             ("engine.decode_us_per_seq", engine.decode_us_per_seq),
+            ("engine.decode_ns_per_context_token", engine.decode_ns_per_context_token),
             ("api.request_overhead_us", api.request_overhead_us),
             ("api.tokenize_us_per_token", api.tokenize_us_per_token),
             ("api.per_chunk_us", api.per_chunk_us),

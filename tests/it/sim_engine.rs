@@ -104,6 +104,30 @@ async fn requests_prefill_together_then_decode_in_the_same_steps() {
 }
 
 #[tokio::test]
+async fn a_stream_over_a_longer_context_steps_slower_by_the_kv_it_reads() {
+    let mut profile = tiny();
+    profile.decode_ns_per_context_token = 100.0;
+    let harness = start(profile.clone());
+    let short = token_times(submit(&harness, 100, 4)).await;
+    let long = token_times(submit(&harness, 2000, 4)).await;
+    // Each decode step reads the prompt and the tokens generated before it: after the
+    // first token (generated 1), then 2, then 3.
+    let decode_over = |prompt: f64| {
+        (1..=3)
+            .map(|generated| {
+                profile.step_base_us
+                    + profile.decode_us_per_seq
+                    + profile.decode_ns_per_context_token / 1000.0 * (prompt + generated as f64)
+            })
+            .sum::<f64>()
+    };
+    assert!(close(short[3] - short[0], decode_over(100.0)), "{short:?}");
+    assert!(close(long[3] - long[0], decode_over(2000.0)), "{long:?}");
+    // 1,900 more tokens of context: 0.19 ms more a step, over three steps.
+    assert!(close((long[3] - long[0]) - (short[3] - short[0]), 3.0 * 190.0), "{short:?} {long:?}");
+}
+
+#[tokio::test]
 async fn jittered_steps_keep_their_mean_and_replicas_fed_alike_drift_apart() {
     let mut profile = tiny();
     profile.step_jitter = 0.3;
