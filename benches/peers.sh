@@ -49,6 +49,9 @@ SUFFIX=""
 OUT="${PEERS_OUT:-$ROOT/benches/results/$DATE$SUFFIX}"
 WORK="$(mktemp -d /tmp/laneway-peers.XXXXXX)"
 VENV="${PEERS_VENV:-$ROOT/target/peers-venv}"
+# PEERS_KEEP_LOGS=1 copies the stderr of every target and simulated replica to $OUT/logs/ at the end (with
+# RUST_LOG=info,laneway::placement=debug: laneway's placement trace).
+KEEP_LOGS="${PEERS_KEEP_LOGS:-0}"
 # PEERS_LANEWAY=BINARY measures that build instead of building the tree's (it is also the
 # load generator, `laneway bench`).
 LANEWAY="${PEERS_LANEWAY:-$ROOT/target/release/laneway}"
@@ -85,7 +88,13 @@ cleanup() {
     PIDS=()
     TARGET_PIDS=()
 }
-trap 'cleanup; rm -rf "$WORK"' EXIT
+# keep_logs: the run's stderr files into $OUT/logs/ if PEERS_KEEP_LOGS asks (never fails).
+keep_logs() {
+    [[ "$KEEP_LOGS" == 1 ]] || return 0
+    mkdir -p "$OUT/logs" 2>/dev/null && cp "$WORK"/*.err "$OUT/logs/" 2>/dev/null
+    return 0
+}
+trap 'cleanup; keep_logs; rm -rf "$WORK"' EXIT
 
 # CPU accounting: every proxy's PID by target name, so that each case reports the CPU
 # time each proxy spent on it, per successful request (the honest capacity figure on a

@@ -133,7 +133,7 @@ real_fleet_down() {
     REAL_SIM_PIDS=()
 }
 # peers.sh's exit trap, with the replicas first.
-trap 'real_fleet_down; cleanup; rm -rf "$WORK"' EXIT
+trap 'real_fleet_down; cleanup; keep_logs; rm -rf "$WORK"' EXIT
 
 # real_free_ports N: a port P with P .. P+N-1 free on loopback and no replica of the
 # project's script recorded on any.
