@@ -2,7 +2,7 @@
 # The simulator checked against the real engine it models (docs/sim.md, "Checked against a
 # real engine").
 #
-#   benches/sim_vs_real.sh [single] [workloads] [--quick]
+#   benches/sim_vs_real.sh [single] [load] [workloads] [--quick]
 #
 # single     one real vLLM replica (scripts/real-vllm.sh, core 0, one API process) and one
 #            `laneway sim --profile vllm-cpu-tiny` (core 0), one after the other: TTFT by
@@ -13,6 +13,11 @@
 #            (benches/peers/fit_profile.py: vllm-cpu-tiny-fitted.toml, the host's speed moves
 #            between days) and a second sim run on it. Both side by side with their ratio to
 #            the real engine; the fitted profile should be within 15% of each.
+# load       one real replica (core 0; one, then two API processes) under closed-loop
+#            conversations from the load client pinned to core 1, then from the client on
+#            core 0 beside the replica; then one `laneway sim` (the fitted profile if `single`
+#            wrote one here; one, then two API workers) from core 1: TTFT p50/p90 and TPOT
+#            p50 side by side (load.md). About 6 minutes.
 # workloads  benches/peers.sh's real-conv, real-prefix and real-mixed on two real replicas,
 #            then the same on two simulated ones (REAL_FLEET=sim, the profile `single` fitted
 #            in the same output folder if there is one, else vllm-cpu-tiny; one API process
@@ -30,7 +35,7 @@ PORT="${SIM_VS_REAL_PORT:-18700}"
 PARTS=() QUICK=()
 for arg in "$@"; do
     case "$arg" in
-        single | workloads) PARTS+=("$arg") ;;
+        single | load | workloads) PARTS+=("$arg") ;;
         --quick) QUICK=(--quick) ;;
         -h | --help) sed -n '2,/^set -euo/p' "$0" | grep '^#'; exit 0 ;;
         *) echo "unknown argument: $arg (see --help)" >&2; exit 2 ;;
@@ -96,6 +101,61 @@ print(f"| spread of one stream's token gaps (sd / mean) | {value} | {one} | {rat
       f"| {two} | {ratio(value, two)} |")
 EOF
     cat "$OUT/single.md"
+}
+
+# One replica under closed-loop conversations (8 x 5 turns, 400-token questions, 64-token
+# answers, no session), measured by the load client pinned to the other core, then by the
+# client on the replica's own core, with one and with two API processes, then the same
+# against the simulator on the profile `single` fitted (else the built-in one): which of the
+# workloads' additions costs the real engine what the simulator does not see.
+LOAD_CONV=(--workload conv --clients 8 --turns 5 --input-tokens 400 --output-tokens 64
+    --no-session --rounds 2 --seed 47 --slo-ttft-ms 1000 --slo-tpot-ms 50)
+load_run() {
+    local name="$1" url="$2" core="$3"
+    taskset -c "$core" python3 "$ROOT/benches/peers/real_client.py" "${LOAD_CONV[@]}" \
+        --name "load-$name" --run-id "$name-$(date +%s)" --target "$name=$url" \
+        --calibrate-url "$url" --replicas "$url" --json "$OUT/load-$name.json" >/dev/null
+}
+
+load() {
+    bash "$ROOT/scripts/real-vllm.sh" setup
+    local api profile=(--profile vllm-cpu-tiny) log="$OUT/sim.out" url=""
+    for api in 1 2; do
+        bash "$ROOT/scripts/real-vllm.sh" serve --replicas 1 --base-port "$PORT" --cores 0 \
+            --api-servers "$api"
+        load_run "real-api$api-client-apart" "http://127.0.0.1:$PORT" 1
+        load_run "real-api$api-client-beside" "http://127.0.0.1:$PORT" 0
+        bash "$ROOT/scripts/real-vllm.sh" stop --ports "$PORT"
+    done
+    [[ -s "$FITTED" ]] && profile=(--config "$FITTED")
+    for api in 1 2; do
+        taskset -c 0 "$LANEWAY" sim --port 0 "${profile[@]}" --served-model-name tiny \
+            --api-workers "$api" >"$log" 2>&1 &
+        SIM_PID=$!
+        url=""
+        for _ in $(seq 1 100); do
+            url="$(grep -o 'http://127.0.0.1:[0-9]*' "$log" | head -n1 || true)"
+            [[ -n "$url" ]] && break
+            sleep 0.1
+        done
+        [[ -n "$url" ]] || { echo "the simulator did not start: $(cat "$log")" >&2; exit 1; }
+        load_run "sim-api$api-client-apart" "$url" 1
+        kill "$SIM_PID"; SIM_PID=""
+    done
+    python3 - "$OUT"/load-real-api{1,2}-client-{apart,beside}.json \
+        "$OUT"/load-sim-api{1,2}-client-apart.json >"$OUT/load.md" <<'EOF'
+import json, statistics, sys
+print("| one replica, 8 conversations x 5 turns | TTFT p50 ms | TTFT p90 ms | TPOT p50 ms | hit ratio |")
+print("|---|---|---|---|---|")
+for path in sys.argv[1:]:
+    doc = json.load(open(path))
+    for target in doc["targets"]:
+        runs = [run for run in doc["runs"] if run["target"] == target]
+        mean = lambda key: statistics.mean(run[key] for run in runs)
+        print(f"| {target} | {mean('ttft_p50') * 1000:.0f} | {mean('ttft_p90') * 1000:.0f} "
+              f"| {mean('tpot_p50') * 1000:.1f} | {mean('hit_ratio'):.3f} |")
+EOF
+    cat "$OUT/load.md"
 }
 
 workloads() {
