@@ -21,6 +21,11 @@
 //! ([`EngineReading`]): by each engine's fit where every candidate's stands, else by each
 //! one's line through the origin. Two real replicas of one speed, one read by its fit (46
 //! us a token) and the other by its line (308), split a burst of first turns 26 to 6.
+//! Engine speeds within [`ONE_SPEED`] of each other are read as one, their mean: a fresh
+//! gateway reads them from the engines' history alone (a warm-up, another client), two
+//! simulated replicas of one profile read 70 and 88 us a token there, and a burst of sixteen
+//! first turns went 9 to 7 in three fresh starts of four (on two real replicas, 10 to 6 and
+//! 9 to 7, and the conversations moved at their next turn, each a miss).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -34,14 +39,20 @@ use crate::gateway::pick::replica::Replica;
 /// First tokens a replica must have been measured on before its model is trusted.
 pub const MIN_PREFILL_SAMPLES: u64 = 8;
 
+/// Engine speeds within this ratio of each other are one speed read with noise: well past
+/// the spread of readings among replicas of one speed (70 against 88 us a token), well
+/// under a slower model's (eight times), as `conversation`'s bound for a faster replica.
+const ONE_SPEED: f64 = 1.5;
+
 /// The estimate one pick judges its candidates with.
 pub enum MeasuredTtft<'a> {
     /// Every candidate measured: learned models, with the request's objectives, their
     /// engines' speeds read alike.
     Learned { request: &'a RequestShape, reading: EngineReading },
     /// Some candidate not yet measured, every candidate's engine measured: the queue
-    /// estimate for all, each at its engine's prefill speed, read alike.
-    EngineSpeeds { queue: QueueTtft, reading: EngineReading },
+    /// estimate for all, each at its engine's prefill speed, read alike; `one_speed_us`,
+    /// the speeds' mean where they are within [`ONE_SPEED`] of each other, for every one.
+    EngineSpeeds { queue: QueueTtft, reading: EngineReading, one_speed_us: Option<f64> },
     /// Some candidate not yet measured: the configured queue estimate for all.
     Configured(QueueTtft),
 }
@@ -65,7 +76,12 @@ impl<'a> MeasuredTtft<'a> {
             Self::Learned { request, reading: Self::reading(replicas, candidates) }
         } else if candidates.iter().all(engine_measured) {
             let reading = Self::reading(replicas, candidates);
-            Self::EngineSpeeds { queue: configured, reading }
+            let slopes: Option<Vec<f64>> = candidates
+                .iter()
+                .map(|&index| replicas[index].latency.engine_slope(reading))
+                .collect();
+            let one_speed_us = slopes.as_deref().and_then(one_speed_us);
+            Self::EngineSpeeds { queue: configured, reading, one_speed_us }
         } else {
             Self::Configured(configured)
         }
@@ -114,13 +130,26 @@ impl<'a> MeasuredTtft<'a> {
     pub fn prefill_us_per_token(&self, replica: &Replica) -> f64 {
         match self {
             Self::Configured(queue) => queue.prefill_us_per_token,
-            Self::EngineSpeeds { queue, reading } => replica
-                .latency
-                .engine_slope(*reading)
-                .map_or(queue.prefill_us_per_token, |s| s * 1e6),
+            Self::EngineSpeeds { queue, reading, one_speed_us } => {
+                one_speed_us.unwrap_or_else(|| {
+                    replica
+                        .latency
+                        .engine_slope(*reading)
+                        .map_or(queue.prefill_us_per_token, |s| s * 1e6)
+                })
+            }
             Self::Learned { reading, .. } => replica.latency.ttft_slope(*reading) * 1e6,
         }
     }
+}
+
+/// The mean of engine slopes (seconds a token), in microseconds, if they are within
+/// [`ONE_SPEED`] of each other.
+fn one_speed_us(slopes: &[f64]) -> Option<f64> {
+    let fastest = slopes.iter().copied().fold(f64::INFINITY, f64::min);
+    let slowest = slopes.iter().copied().fold(0.0, f64::max);
+    let alike = !slopes.is_empty() && fastest > 0.0 && slowest <= fastest * ONE_SPEED;
+    alike.then(|| slopes.iter().sum::<f64>() / slopes.len() as f64 * 1e6)
 }
 
 impl MeasuredTtft<'_> {
@@ -246,6 +275,28 @@ mod tests {
         teach(&set[1], 100.0, 5.0);
         let estimate = MeasuredTtft::for_candidates(&set, &[0, 1], &request, CONFIGURED);
         assert!(matches!(estimate, MeasuredTtft::Learned { .. }));
+    }
+
+    #[test]
+    fn engine_speeds_within_one_speed_of_each_other_are_read_as_their_mean() {
+        let set = replicas(3);
+        let request = shape(50);
+        teach_engine(&set[0], 80.0);
+        teach_engine(&set[1], 100.0);
+        let now = context().now;
+        let alone =
+            |estimate: &MeasuredTtft<'_>, i: usize| estimate.alone_us(&set[i], 1000, now).unwrap();
+        // 92.5 and 112.5 us a counted token (5 ms a request over its 400 tokens): one speed.
+        let estimate = MeasuredTtft::for_candidates(&set, &[0, 1], &request, CONFIGURED);
+        assert!((alone(&estimate, 0) - 102_500.0).abs() < 1.0, "{}", alone(&estimate, 0));
+        assert_eq!(alone(&estimate, 0), alone(&estimate, 1));
+        assert_eq!(estimate.prefill_us_per_token(&set[1]), 102.5);
+        // With a candidate 1.9 times slower than the fastest, each is read at its own.
+        teach_engine(&set[2], 160.0);
+        let estimate = MeasuredTtft::for_candidates(&set, &[0, 1, 2], &request, CONFIGURED);
+        assert!((alone(&estimate, 0) - 92_500.0).abs() < 1.0, "{}", alone(&estimate, 0));
+        assert!((alone(&estimate, 1) - 112_500.0).abs() < 1.0, "{}", alone(&estimate, 1));
+        assert!((alone(&estimate, 2) - 172_500.0).abs() < 1.0, "{}", alone(&estimate, 2));
     }
 
     #[test]
