@@ -52,20 +52,29 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-# One `laneway sim` on core 0 started with the given profile arguments, measured as the real
-# replica was, into the JSON file named first.
-sim_single() {
-    local json="$1" log="$OUT/sim.out" url=""
-    shift
-    taskset -c 0 "$LANEWAY" sim --port 0 "$@" --api-workers 1 >"$log" 2>&1 &
+# start_sim ARGS...: one `laneway sim --port 0 ARGS` on core 0, its pid in SIM_PID and its
+# URL in SIM_URL once it listens.
+SIM_URL=""
+start_sim() {
+    local log="$OUT/sim.out"
+    taskset -c 0 "$LANEWAY" sim --port 0 "$@" >"$log" 2>&1 &
     SIM_PID=$!
+    SIM_URL=""
     for _ in $(seq 1 100); do
-        url="$(grep -o 'http://127.0.0.1:[0-9]*' "$log" | head -n1 || true)"
-        [[ -n "$url" ]] && break
+        SIM_URL="$(grep -o 'http://127.0.0.1:[0-9]*' "$log" | head -n1 || true)"
+        [[ -n "$SIM_URL" ]] && break
         sleep 0.1
     done
-    [[ -n "$url" ]] || { echo "the simulator did not start: $(cat "$log")" >&2; exit 1; }
-    python3 "$ROOT/benches/peers/single_requests.py" --url "$url" --name sim --json "$json"
+    [[ -n "$SIM_URL" ]] || { echo "the simulator did not start: $(cat "$log")" >&2; exit 1; }
+}
+
+# One `laneway sim` started with the given profile arguments, measured as the real replica
+# was, into the JSON file named first.
+sim_single() {
+    local json="$1"
+    shift
+    start_sim "$@" --api-workers 1
+    python3 "$ROOT/benches/peers/single_requests.py" --url "$SIM_URL" --name sim --json "$json"
     kill "$SIM_PID"; SIM_PID=""
 }
 
@@ -119,7 +128,7 @@ load_run() {
 
 load() {
     bash "$ROOT/scripts/real-vllm.sh" setup
-    local api profile=(--profile vllm-cpu-tiny) log="$OUT/sim.out" url=""
+    local api profile=(--profile vllm-cpu-tiny)
     for api in 1 2; do
         bash "$ROOT/scripts/real-vllm.sh" serve --replicas 1 --base-port "$PORT" --cores 0 \
             --api-servers "$api"
@@ -129,17 +138,8 @@ load() {
     done
     [[ -s "$FITTED" ]] && profile=(--config "$FITTED")
     for api in 1 2; do
-        taskset -c 0 "$LANEWAY" sim --port 0 "${profile[@]}" --served-model-name tiny \
-            --api-workers "$api" >"$log" 2>&1 &
-        SIM_PID=$!
-        url=""
-        for _ in $(seq 1 100); do
-            url="$(grep -o 'http://127.0.0.1:[0-9]*' "$log" | head -n1 || true)"
-            [[ -n "$url" ]] && break
-            sleep 0.1
-        done
-        [[ -n "$url" ]] || { echo "the simulator did not start: $(cat "$log")" >&2; exit 1; }
-        load_run "sim-api$api-client-apart" "$url" 1
+        start_sim "${profile[@]}" --served-model-name tiny --api-workers "$api"
+        load_run "sim-api$api-client-apart" "$SIM_URL" 1
         kill "$SIM_PID"; SIM_PID=""
     done
     python3 - "$OUT"/load-real-api{1,2}-client-{apart,beside}.json \

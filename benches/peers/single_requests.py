@@ -123,14 +123,12 @@ def measure(url: str, model: str, name: str) -> dict:
         f"{count}x{size}": streams_tpot(url, model, name, per_word, count, size)
         for count, size in STREAMS_OVER_CONTEXT
     }
-    tpot_by_context = {}
-    for size in CONTEXT_SIZES:
-        samples = []
-        for repeat in range(REPEATS):
-            prompt = text_of(int(size / per_word), f"{name}-context-{size}-{repeat}-{time.time_ns()}")
-            first, e2e, tokens, _ = stream(url, model, prompt, 128)
-            samples.append((e2e - first) / max(tokens - 1, 1) * 1000)
-        tpot_by_context[size] = round(statistics.median(samples), 2)
+    # One stream at a time over each context, the median of REPEATS.
+    tpot_by_context = {
+        size: statistics.median(
+            streams_tpot(url, model, name, per_word, 1, size) for _ in range(REPEATS))
+        for size in CONTEXT_SIZES
+    }
     gaps = []
     for repeat in range(REPEATS):
         prompt = text_of(int(128 / per_word), f"{name}-itl-{repeat}-{time.time_ns()}")
