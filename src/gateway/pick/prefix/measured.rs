@@ -24,9 +24,9 @@
 //! Engine speeds within [`ONE_SPEED`] of each other are read as one, their mean: a fresh
 //! gateway reads them from the engines' history alone (a warm-up, another client), two
 //! simulated replicas of one profile read 70 and 88 us a token there, and a burst of sixteen
-//! first turns went 9 to 7 in three fresh starts of six; read as one, 8 to 8 in all six. Two
-//! real replicas still split some fresh bursts 10 to 6 for a reason not found yet
-//! (`benches/results/2026-12-07-one-speed`).
+//! first turns went 9 to 7 in three fresh starts of six; read as one, 8 to 8 in all six. (Two
+//! real replicas split some fresh bursts 10 to 6 for another reason: one replica's last
+//! scrape still reported a warm-up's streams running; `benches/results/2026-12-07-one-speed`.)
 
 use std::sync::Arc;
 use std::time::Instant;
