@@ -24,17 +24,17 @@ use std::time::Instant;
 use super::PromptPick;
 use super::affinity::{LoadBound, SessionPlaces, session_places};
 use super::index::Held;
-use super::measured::MeasuredTtft;
+use super::measured::{MeasuredTtft, ONE_SPEED};
 use super::placement_trace;
 use crate::gateway::pick::replica::Replica;
 use crate::openai::request::ChatMessage;
 use crate::prompt_tokens::mix;
 
 /// How many times sooner than a conversation's home another replica must answer alone to
-/// contend with it ([`faster_than_home`]): well past the spread of learned speeds among
-/// equal replicas (measured 80-100 us a token on one real engine), well under a slower
-/// model's (eight times).
-const FASTER_ALONE: f64 = 1.5;
+/// contend with it ([`faster_than_home`]): past the ratio within which speeds are one speed
+/// read with noise ([`ONE_SPEED`]; learned speeds among equal replicas measured 80-100 us a
+/// token on one real engine), well under a slower model's (eight times).
+const FASTER_ALONE: f64 = ONE_SPEED;
 
 /// Seeds the opening's hash apart from session ids and replica names.
 const OPENING_SEED: u64 = 0x6f70_656e_696e_6700;

@@ -40,10 +40,11 @@ use crate::gateway::pick::replica::Replica;
 /// First tokens a replica must have been measured on before its model is trusted.
 pub const MIN_PREFILL_SAMPLES: u64 = 8;
 
-/// Engine speeds within this ratio of each other are one speed read with noise: well past
-/// the spread of readings among replicas of one speed (70 against 88 us a token), well
-/// under a slower model's (eight times), as `conversation`'s bound for a faster replica.
-const ONE_SPEED: f64 = 1.5;
+/// Speeds within this ratio of each other are one speed read with noise: well past the
+/// spread of readings among replicas of one speed (70 against 88 us a token from engines'
+/// histories), well under a slower model's (eight times). `conversation` reads a replica as
+/// faster than a conversation's home only past it.
+pub(super) const ONE_SPEED: f64 = 1.5;
 
 /// The estimate one pick judges its candidates with.
 pub enum MeasuredTtft<'a> {
