@@ -14,7 +14,7 @@
 #                          discover`, the model's tokenizer, block 128); the replicas then
 #                          publish them (scripts/real-vllm.sh serve --kv-events)
 #   laneway-baseline-events  REAL_BASELINE's binary configured as laneway-events
-#   laneway-x2, laneway-events-x3, laneway-baseline-events-x3, ...  N gateways of that kind
+#   laneway-x2, laneway-baseline-x3, laneway-events-x3, ...  N gateways of that kind
 #                          in front of the same replicas, the client sending each request to
 #                          the next in turn
 #   haproxy-lc-close-nd    HAProxy balance leastconn + option httpclose + option http-no-delay
@@ -342,8 +342,13 @@ real_start_laneway() {
 # What laneway-events adds: the engines' KV events, the model's own tokens, their block size.
 real_events_tables() {
     if [[ "$REAL_FLEET" == sim ]]; then
-        # The simulator tokenizes approximately, as the gateway does without a tokenizer.
-        printf '[prefix]\nblock_size = 16\n[kv_events]\ndiscover = true\napproximate_tokens = true\n'
+        # The simulator tokenizes approximately, as the gateway does without a tokenizer; its
+        # blocks are its profile's (16 unless the profile says).
+        local profile="$REAL_SIM_PROFILE" block
+        [[ -n "$profile" && ! -f "$profile" ]] && profile="$ROOT/config/profiles/$profile.toml"
+        block="$(sed -n 's/^block_size *= *\([0-9]*\).*/\1/p' "${profile:-/dev/null}" 2>/dev/null | head -1)"
+        printf '[prefix]\nblock_size = %s\n[kv_events]\ndiscover = true\napproximate_tokens = true\n' \
+            "${block:-16}"
     else
         printf '[prefix]\nblock_size = 128\ntokenizers = { tiny = "%s" }\n[kv_events]\ndiscover = true\n' \
             "${LANEWAY_VLLM_HOME:-$HOME/.cache/laneway-vllm}/models/tiny"
@@ -366,6 +371,8 @@ real_start_peers() {
             case "${BASH_REMATCH[1]}" in
                 laneway) real_start_laneway "$peer" "" "" "$LANEWAY" "$count" ;;
                 laneway-events) real_start_laneway "$peer" "" "$(real_events_tables)" "$LANEWAY" "$count" ;;
+                laneway-baseline)
+                    real_start_laneway "$peer" "" "" "${REAL_BASELINE:?REAL_BASELINE=BINARY}" "$count" ;;
                 laneway-baseline-events)
                     real_start_laneway "$peer" "" "$(real_events_tables)" "${REAL_BASELINE:?REAL_BASELINE=BINARY}" "$count" ;;
                 *) log "REAL_PEERS: unknown peer $peer"; exit 2 ;;
