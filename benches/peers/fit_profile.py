@@ -135,15 +135,15 @@ def main() -> None:
     args = parser.parse_args()
     with open(args.figures, encoding="utf-8") as file:
         figures = json.load(file)
-    with open(args.profile, "rb") as file:
-        profile = tomllib.load(file)
+    with open(args.profile, encoding="utf-8") as file:
+        profile_text = file.read()
+    profile = tomllib.loads(profile_text)
     decode = fit_decode(figures)
     prefill = fit_prefill(figures, profile, decode["step_base_us"])
     fitted = decode | prefill
     header = (f"# Fitted by benches/peers/fit_profile.py to {figures.get('name', '?')}'s figures "
               f"({args.figures}); the rest as {args.profile}.\n")
-    with open(args.profile, encoding="utf-8") as file:
-        text = with_engine_values(file.read(), fitted)
+    text = with_engine_values(profile_text, fitted)
     with open(args.out, "w", encoding="utf-8") as out:
         out.write(header + text)
     print(json.dumps({key: round(value, 2) for key, value in fitted.items()}))

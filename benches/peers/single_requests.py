@@ -123,12 +123,12 @@ def measure(url: str, model: str, name: str) -> dict:
         f"{count}x{size}": streams_tpot(url, model, name, per_word, count, size)
         for count, size in STREAMS_OVER_CONTEXT
     }
-    # One stream at a time over each context, the median of REPEATS.
-    tpot_by_context = {
-        size: statistics.median(
-            streams_tpot(url, model, name, per_word, 1, size) for _ in range(REPEATS))
-        for size in CONTEXT_SIZES
-    }
+    # One stream at a time over each context, the median of the REPEATS that answered.
+    tpot_by_context = {}
+    for size in CONTEXT_SIZES:
+        samples = [tpot for _ in range(REPEATS)
+                   if (tpot := streams_tpot(url, model, name, per_word, 1, size)) is not None]
+        tpot_by_context[size] = statistics.median(samples) if samples else None
     gaps = []
     for repeat in range(REPEATS):
         prompt = text_of(int(128 / per_word), f"{name}-itl-{repeat}-{time.time_ns()}")
