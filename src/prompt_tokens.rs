@@ -135,7 +135,7 @@ mod tests {
                 Endpoint::Chat,
                 r#"{"messages":[{"role":"system","content":"ab日cd"},{"role":"user","content":""}]}"#,
             ),
-            (Endpoint::Chat, r#"{"messages":[]}"#),
+            (Endpoint::Chat, r#"{"messages":[{}]}"#),
             (Endpoint::Completions, r#"{"prompt":"ab日本語cde"}"#),
             (Endpoint::Completions, r#"{"prompt":["abcd","ab"]}"#),
             (Endpoint::Completions, r#"{"prompt":""}"#),

@@ -291,6 +291,11 @@ impl GatewayError {
         if let Self::QuotaExceeded(_) = self {
             api_error = api_error.with_code("rate_limit_exceeded");
         }
+        if let Self::BadBody(error) = &self
+            && let Some(field) = error.field()
+        {
+            api_error = api_error.with_param(field);
+        }
         let mut response =
             api_error.into_response::<http_body_util::Full<bytes::Bytes>>().map(boxed);
         if let Self::MethodNotAllowed { .. } = self {

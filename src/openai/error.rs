@@ -83,6 +83,8 @@ pub struct ApiError {
     /// OpenAI's named code (`model_not_found`, `rate_limit_exceeded`) where one exists; the
     /// numeric status otherwise, as vLLM sends.
     pub code_name: Option<&'static str>,
+    /// The request field at fault (OpenAI's `param`), where one is.
+    pub param: Option<&'static str>,
 }
 
 #[derive(Serialize)]
@@ -95,7 +97,7 @@ struct ErrorFields<'a> {
     message: &'a str,
     #[serde(rename = "type")]
     kind: &'static str,
-    param: Option<()>,
+    param: Option<&'a str>,
     code: Code,
 }
 
@@ -108,7 +110,13 @@ enum Code {
 
 impl ApiError {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Self { kind, message: message.into(), code_name: None }
+        Self { kind, message: message.into(), code_name: None, param: None }
+    }
+
+    /// This error naming the request field at fault.
+    pub fn with_param(mut self, field: &'static str) -> Self {
+        self.param = Some(field);
+        self
     }
 
     /// This error with OpenAI's named `code` instead of the numeric status.
@@ -127,7 +135,7 @@ impl ApiError {
             error: ErrorFields {
                 message: &self.message,
                 kind: self.kind.type_name(),
-                param: None,
+                param: self.param,
                 code: match self.code_name {
                     Some(name) => Code::Name(name),
                     None => Code::Status(self.status().as_u16()),

@@ -30,6 +30,11 @@ impl Endpoint {
     }
 }
 
+/// The most choices (`n`) one request may ask for: the OpenAI API's own bound. Each choice
+/// is a sequence the replica generates, so an unbounded `n` would let one request take a
+/// replica's whole batch.
+pub const MAX_CHOICES: u64 = 128;
+
 /// Why a body is not a valid inference request. Each variant maps to a 400.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum RequestParseError {
@@ -41,6 +46,40 @@ pub enum RequestParseError {
     MissingPrompt,
     #[error("field `{field}` is invalid: {reason}")]
     InvalidField { field: &'static str, reason: String },
+}
+
+impl RequestParseError {
+    /// The request field at fault, as OpenAI's error `param` names it.
+    pub fn field(&self) -> Option<&'static str> {
+        match self {
+            Self::InvalidJson(_) => None,
+            Self::MissingMessages => Some("messages"),
+            Self::MissingPrompt => Some("prompt"),
+            Self::InvalidField { field, .. } => Some(field),
+        }
+    }
+}
+
+/// Refuses an `n` outside 1..=[`MAX_CHOICES`].
+pub fn check_choices(n: Option<u64>) -> Result<(), RequestParseError> {
+    match n {
+        Some(n) if !(1..=MAX_CHOICES).contains(&n) => Err(RequestParseError::InvalidField {
+            field: "n",
+            reason: format!("{n} choices asked; between 1 and {MAX_CHOICES} may be"),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Refuses a chat request whose `messages` is empty, as the OpenAI API does.
+pub fn check_message_count(count: usize) -> Result<(), RequestParseError> {
+    if count == 0 {
+        return Err(RequestParseError::InvalidField {
+            field: "messages",
+            reason: "it holds no message; a chat completion needs at least one".into(),
+        });
+    }
+    Ok(())
 }
 
 /// Deserializes a JSON request body. The body is checked to be UTF-8 once, as a whole, and
@@ -95,6 +134,7 @@ struct RawRequest {
     prompt: Option<serde_json::Value>,
     max_tokens: Option<u64>,
     max_completion_tokens: Option<u64>,
+    n: Option<u64>,
     #[serde(default)]
     stream: Option<bool>,
     stream_options: Option<RawStreamOptions>,
@@ -134,9 +174,11 @@ impl InferenceRequest {
     /// Parses a request body sent to `endpoint`.
     pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<Self, RequestParseError> {
         let raw: RawRequest = from_json_body(body)?;
+        check_choices(raw.n)?;
         let prompt = match endpoint {
             Endpoint::Chat => {
                 let messages = raw.messages.ok_or(RequestParseError::MissingMessages)?;
+                check_message_count(messages.len())?;
                 PromptInput::Messages(messages.into_iter().map(message_text).collect())
             }
             Endpoint::Completions => {
@@ -223,7 +265,7 @@ mod tests {
 
     #[test]
     fn max_completion_tokens_wins_over_max_tokens() {
-        let body = br#"{"messages":[],"max_tokens":5,"max_completion_tokens":9}"#;
+        let body = br#"{"messages":[{"content":"a"}],"max_tokens":5,"max_completion_tokens":9}"#;
         let request = InferenceRequest::parse(Endpoint::Chat, body).unwrap();
         assert_eq!(request.max_tokens, Some(9));
     }
@@ -248,6 +290,29 @@ mod tests {
             parse(br#"{"prompt":[1,"a"]}"#),
             Err(RequestParseError::InvalidField { field: "prompt", .. })
         ));
+    }
+
+    #[test]
+    fn choices_out_of_the_api_bound_and_empty_chats_are_refused_by_field() {
+        let chat = |body: &[u8]| InferenceRequest::parse(Endpoint::Chat, body);
+        let text = |body: &[u8]| InferenceRequest::parse(Endpoint::Completions, body);
+        let one = r#""messages":[{"role":"user","content":"hi"}]"#;
+        for n in [1, MAX_CHOICES] {
+            assert!(chat(format!(r#"{{{one},"n":{n}}}"#).as_bytes()).is_ok(), "n = {n}");
+        }
+        for n in [0, MAX_CHOICES + 1, 100_000] {
+            let refused = chat(format!(r#"{{{one},"n":{n}}}"#).as_bytes()).unwrap_err();
+            assert_eq!(refused.field(), Some("n"), "n = {n}");
+            let refused = text(format!(r#"{{"prompt":"hi","n":{n}}}"#).as_bytes()).unwrap_err();
+            assert_eq!(refused.field(), Some("n"), "n = {n}");
+        }
+        assert!(matches!(
+            chat(br#"{"messages":[{},{}],"n":-1}"#),
+            Err(RequestParseError::InvalidJson(_))
+        ));
+        let empty = chat(br#"{"messages":[]}"#).unwrap_err();
+        assert!(matches!(empty, RequestParseError::InvalidField { field: "messages", .. }));
+        assert_eq!(chat(br#"{"model":"m"}"#).unwrap_err().field(), Some("messages"));
     }
 
     #[test]

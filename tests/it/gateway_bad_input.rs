@@ -30,6 +30,11 @@ async fn bad_inputs_get_their_statuses_and_the_gateway_carries_on() {
     let (status, _) = error_of(client.post(&chat).json(&padded).send().await.unwrap()).await;
     assert_eq!(status, 400);
 
+    // A field out of bounds is named in OpenAI's `param`: here a batch's worth of choices.
+    let choices = serde_json::json!({"messages": [{"role": "user", "content": "hi"}], "n": 1000});
+    let (status, body) = error_of(client.post(&chat).json(&choices).send().await.unwrap()).await;
+    assert_eq!((status, body["error"]["param"].as_str()), (400, Some("n")), "{body}");
+
     let unknown_entry =
         client.post(&chat).header("x-laneway-entry", "medium").json(&chat_body(10, 2, false));
     let (status, body) = error_of(unknown_entry.send().await.unwrap()).await;
@@ -58,7 +63,7 @@ async fn bad_inputs_get_their_statuses_and_the_gateway_carries_on() {
 
     let metrics = gateway.metrics_text();
     for (kind, count) in [
-        ("bad_request", 2.0),
+        ("bad_request", 3.0),
         ("unknown_entry", 1.0),
         ("payload_too_large", 2.0),
         ("method_not_allowed", 1.0),

@@ -14,7 +14,7 @@ pub mod model_name;
 pub mod slo;
 
 use crate::gateway::config::Entry;
-use crate::openai::request::Endpoint;
+use crate::openai::request::{self, Endpoint};
 use crate::openai::{InferenceRequest, RequestParseError};
 
 /// How the entry was decided: the `method` label of `laneway_classified_total`.
@@ -90,14 +90,18 @@ pub fn classify(
     classify_with_model(endpoint, body, named, short_threshold_tokens, false).map(|(c, _)| c)
 }
 
-/// Only the `model` and `stream` fields: the syntax check of a small body reads them at no
-/// extra cost.
+/// Only the `model` and `stream` fields, and what every request is held to (`n` within
+/// bounds, a chat's `messages` given and not empty): the syntax check of a small body reads
+/// them at no extra cost.
 #[derive(serde::Deserialize)]
 struct TopFields {
     model: Option<String>,
     /// Anything but `true` reads as false: the replica judges the value, not this check.
     #[serde(default, deserialize_with = "is_true")]
     stream: bool,
+    n: Option<u64>,
+    /// Counted, not read.
+    messages: Option<Vec<serde::de::IgnoredAny>>,
 }
 
 fn is_true<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
@@ -105,8 +109,14 @@ fn is_true<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<bool, D:
     Ok(value == serde_json::Value::Bool(true))
 }
 
-fn top_fields(body: &[u8]) -> Result<TopFields, RequestParseError> {
-    crate::openai::request::from_json_body(body)
+fn top_fields(endpoint: Endpoint, body: &[u8]) -> Result<TopFields, RequestParseError> {
+    let fields: TopFields = request::from_json_body(body)?;
+    request::check_choices(fields.n)?;
+    if endpoint == Endpoint::Chat {
+        let messages = fields.messages.as_ref().ok_or(RequestParseError::MissingMessages)?;
+        request::check_message_count(messages.len())?;
+    }
+    Ok(fields)
 }
 
 /// [`classify`], and the body's `model` from the same parse. A named entry skips the body
@@ -121,14 +131,14 @@ pub fn classify_with_model(
     let len = body.len() as u64;
     let prompt_tokens = tokens_from_body_len(len);
     if let Some((entry, method)) = named {
-        let fields = if want_model { Some(top_fields(body)?) } else { None };
+        let fields = if want_model { Some(top_fields(endpoint, body)?) } else { None };
         let streams = fields.as_ref().is_some_and(|fields| fields.stream);
         let classification = Classification { entry, method, prompt_tokens, streams };
         return Ok((classification, fields.and_then(|fields| fields.model)));
     }
     if let Some(entry) = classify_by_length(len, short_threshold_tokens) {
         // Small by construction (a few kB at most), so the syntax check is cheap.
-        let fields = top_fields(body)?;
+        let fields = top_fields(endpoint, body)?;
         let method = ClassifyMethod::ContentLength;
         let classification =
             Classification { entry, method, prompt_tokens, streams: fields.stream };
@@ -220,6 +230,23 @@ mod tests {
     }
 
     #[test]
+    fn a_body_classified_by_its_length_is_held_to_the_bounds_of_a_parsed_one() {
+        let classify = |endpoint: Endpoint, body: &str| {
+            let result = classify(endpoint, body.as_bytes(), None, 1000);
+            result.map_err(|error| error.field())
+        };
+        let chat = |extra: &str| format!(r#"{{"messages":[{{"content":"hi"}}]{extra}}}"#);
+        let by_length = classify(Endpoint::Chat, &chat(r#","n":2"#)).unwrap();
+        assert_eq!(by_length.method, ClassifyMethod::ContentLength);
+        assert_eq!(classify(Endpoint::Chat, &chat(r#","n":0"#)).unwrap_err(), Some("n"));
+        assert_eq!(classify(Endpoint::Chat, &chat(r#","n":129"#)).unwrap_err(), Some("n"));
+        assert_eq!(classify(Endpoint::Chat, r#"{"messages":[]}"#).unwrap_err(), Some("messages"));
+        assert_eq!(classify(Endpoint::Chat, r#"{"model":"m"}"#).unwrap_err(), Some("messages"));
+        let completion = classify(Endpoint::Completions, r#"{"prompt":"hi","n":300}"#);
+        assert_eq!(completion.unwrap_err(), Some("n"));
+    }
+
+    #[test]
     fn empty_messages_are_the_densest_body_and_stay_under_the_bound() {
         for count in [1usize, 10, 1000] {
             let messages = vec!["{}"; count].join(",");
@@ -232,7 +259,7 @@ mod tests {
     proptest! {
         #[test]
         fn the_length_bound_holds_for_any_chat_or_completion_body(
-            texts in proptest::collection::vec("\\PC{0,12}", 0..20),
+            texts in proptest::collection::vec("\\PC{0,12}", 1..20),
             ids in proptest::collection::vec(0u32..10, 0..50),
         ) {
             let messages: Vec<_> = texts.iter().map(|t| serde_json::json!({"content": t})).collect();
