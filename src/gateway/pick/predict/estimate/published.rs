@@ -29,7 +29,7 @@ impl PublishedPrefill {
     /// Publishes `model` at `slope`: its intercepts and spreads net of it.
     pub fn store(&self, model: &TtftByConcurrency, slope: f64) {
         let intercepts = model.intercepts_at(slope);
-        let spreads = model.spreads_at(slope, &intercepts);
+        let spreads = model.spreads_at(slope);
         self.slope.store(slope.to_bits(), Ordering::Relaxed);
         store_each(&self.intercepts, &intercepts);
         store_each(&self.spreads, &spreads);
