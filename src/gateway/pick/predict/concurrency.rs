@@ -152,7 +152,7 @@ impl TtftByConcurrency {
     /// a count where every first token is late (spreading less than one where some are
     /// fast) read as no later than the count below: on a real replica serving shared
     /// prefixes, three requests in flight read as idle (61 ms), where the intercepts rose
-    /// by 23 ms, and a replica with one request decoding (79 ms) lost every tie to it:
+    /// by 23 ms, while a replica with one request in flight read 79 ms and lost to it:
     /// 350 of 450 requests went to one of two replicas holding the same contexts.
     pub fn spreads(&self) -> [f64; COUNTS] {
         self.spreads_at(self.slope())
