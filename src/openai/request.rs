@@ -60,24 +60,31 @@ impl RequestParseError {
     }
 }
 
-/// Refuses an `n` outside 1..=[`MAX_CHOICES`].
-pub fn check_choices(n: Option<u64>) -> Result<(), RequestParseError> {
-    match n {
-        Some(n) if !(1..=MAX_CHOICES).contains(&n) => Err(RequestParseError::InvalidField {
+/// What every request is held to, however it is read (parsed whole, or only its top fields
+/// when its length classifies it): `n` within 1..=[`MAX_CHOICES`], and for a chat,
+/// `messages` given (`messages`: their count) and not empty, as the OpenAI API requires.
+pub fn check_bounds(
+    endpoint: Endpoint,
+    n: Option<u64>,
+    messages: Option<usize>,
+) -> Result<(), RequestParseError> {
+    if let Some(n) = n.filter(|n| !(1..=MAX_CHOICES).contains(n)) {
+        return Err(RequestParseError::InvalidField {
             field: "n",
             reason: format!("{n} choices asked; between 1 and {MAX_CHOICES} may be"),
-        }),
-        _ => Ok(()),
-    }
-}
-
-/// Refuses a chat request whose `messages` is empty, as the OpenAI API does.
-pub fn check_message_count(count: usize) -> Result<(), RequestParseError> {
-    if count == 0 {
-        return Err(RequestParseError::InvalidField {
-            field: "messages",
-            reason: "it holds no message; a chat completion needs at least one".into(),
         });
+    }
+    if endpoint == Endpoint::Chat {
+        match messages {
+            None => return Err(RequestParseError::MissingMessages),
+            Some(0) => {
+                return Err(RequestParseError::InvalidField {
+                    field: "messages",
+                    reason: "it holds no message; a chat completion needs at least one".into(),
+                });
+            }
+            Some(_) => {}
+        }
     }
     Ok(())
 }
@@ -174,13 +181,12 @@ impl InferenceRequest {
     /// Parses a request body sent to `endpoint`.
     pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<Self, RequestParseError> {
         let raw: RawRequest = from_json_body(body)?;
-        check_choices(raw.n)?;
+        check_bounds(endpoint, raw.n, raw.messages.as_ref().map(Vec::len))?;
         let prompt = match endpoint {
-            Endpoint::Chat => {
-                let messages = raw.messages.ok_or(RequestParseError::MissingMessages)?;
-                check_message_count(messages.len())?;
-                PromptInput::Messages(messages.into_iter().map(message_text).collect())
-            }
+            // Given and not empty: checked above.
+            Endpoint::Chat => PromptInput::Messages(
+                raw.messages.unwrap_or_default().into_iter().map(message_text).collect(),
+            ),
             Endpoint::Completions => {
                 parse_prompt(raw.prompt.ok_or(RequestParseError::MissingPrompt)?)?
             }

@@ -111,11 +111,7 @@ fn is_true<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<bool, D:
 
 fn top_fields(endpoint: Endpoint, body: &[u8]) -> Result<TopFields, RequestParseError> {
     let fields: TopFields = request::from_json_body(body)?;
-    request::check_choices(fields.n)?;
-    if endpoint == Endpoint::Chat {
-        let messages = fields.messages.as_ref().ok_or(RequestParseError::MissingMessages)?;
-        request::check_message_count(messages.len())?;
-    }
+    request::check_bounds(endpoint, fields.n, fields.messages.as_ref().map(Vec::len))?;
     Ok(fields)
 }
 
