@@ -8,6 +8,9 @@
 # Targets of real-conv, real-prefix and real-mixed, each at its best:
 #   laneway                the build under test, its default policy (no `policy` key)
 #   laneway-prefix         policy = "prefix_aware"
+#   laneway-least          policy = "least_queue": the gateway's path without prefix placement
+#                          (in REAL_PEERS only when asked: beside HAProxy, it tells placement
+#                          from the cost of the path)
 #   laneway-long-keep-alive  the default with the long entry on `keep_alive` (in REAL_PEERS only
 #                          when asked: the long entry's strategy on mixed traffic)
 #   laneway-events         the default placing by the engines' KV events (`[kv_events]
@@ -386,6 +389,7 @@ real_start_peers() {
             laneway-baseline-events)
                 real_start_laneway laneway-baseline-events "" "$(real_events_tables)" "${REAL_BASELINE:?REAL_BASELINE=BINARY}" ;;
             laneway-prefix) real_start_laneway laneway-prefix 'policy = "prefix_aware"' "" ;;
+            laneway-least) real_start_laneway laneway-least 'policy = "least_queue"' "" ;;
             laneway-long-keep-alive)
                 real_start_laneway laneway-long-keep-alive "" $'[entries.long]\nstrategy = "keep_alive"' ;;
             haproxy) start_haproxy_on haproxy-lc-close-nd leastconn close nodelay "${REAL_URLS[@]}" ;;
