@@ -24,13 +24,16 @@ usage: hit_floor.py RUN.json [RUN.json ...] [--hit-share S] [--draws D] [--seed 
 import argparse
 import collections
 import json
+import math
 import random
 
 
 def quantile(values, share):
-    """The value below which `share` of `values` fall (nearest rank)."""
+    """The `share` quantile of `values`, interpolated between ranks as real_client.py's."""
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+    rank = (len(ordered) - 1) * share
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 def overlaps(request, other):
