@@ -27,6 +27,7 @@ mod gateway_engine_speed;
 mod gateway_entries;
 mod gateway_hardening;
 mod gateway_hedge;
+mod gateway_hot_copies;
 mod gateway_http1;
 mod gateway_kv_events;
 mod gateway_prefix;

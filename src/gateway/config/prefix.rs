@@ -22,6 +22,8 @@ pub struct RawPrefix {
     pub recompute_weight: Option<f64>,
     pub share_sessions: Option<bool>,
     pub share_prefixes: Option<bool>,
+    pub hot_copy_hits: Option<i64>,
+    pub hot_copy_min_tokens: Option<i64>,
     /// Served model name -> its folder (`tokenizer.json`, `tokenizer_config.json`).
     #[serde(default)]
     pub tokenizers: BTreeMap<String, String>,
@@ -53,6 +55,12 @@ pub struct PrefixConfig {
     /// With a shared store, the prefixes each placement computes are written there, and a
     /// prompt this gateway knows little of is looked up there before it is placed.
     pub share_prefixes: bool,
+    /// A prefix hit this many times since its last copy is computed once more, in the
+    /// background, on an idle replica that lacks it (0: never;
+    /// [`crate::gateway::pick::prefix::hot_copies`]).
+    pub hot_copy_hits: u32,
+    /// Tokens a hit must cover to count toward a copy, and a replica must lack to take one.
+    pub hot_copy_min_tokens: u64,
     /// Per served model, the folder of its tokenizer and chat template: its prompts are
     /// read as its engine tokenizes them (the KV events' hashes need the exact tokens).
     pub tokenizers: BTreeMap<String, PathBuf>,
@@ -70,6 +78,8 @@ impl Default for PrefixConfig {
             recompute_weight: 1.0,
             share_sessions: true,
             share_prefixes: true,
+            hot_copy_hits: 4,
+            hot_copy_min_tokens: 1024,
             tokenizers: BTreeMap::new(),
         }
     }
@@ -109,6 +119,14 @@ pub(super) fn prefix(raw: &RawPrefix, issues: &mut Issues) -> PrefixConfig {
         recompute_weight,
         share_sessions: raw.share_sessions.unwrap_or(default.share_sessions),
         share_prefixes: raw.share_prefixes.unwrap_or(default.share_prefixes),
+        hot_copy_hits: issues.number("prefix.hot_copy_hits", raw.hot_copy_hits, 4, 0, 1 << 20)
+            as u32,
+        hot_copy_min_tokens: issues.positive(
+            "prefix.hot_copy_min_tokens",
+            raw.hot_copy_min_tokens,
+            default.hot_copy_min_tokens,
+            1 << 24,
+        ),
         tokenizers: tokenizers(&raw.tokenizers, issues),
     }
 }

@@ -18,6 +18,7 @@ use http::request::Parts;
 use http::{Response, StatusCode};
 
 use super::hedge::{self, Hedged};
+use super::hot_copy;
 use super::rescue;
 use super::respond::{Placed, respond};
 use crate::gateway::admission::{AdmissionPermit, HeldBody, Placement};
@@ -102,6 +103,10 @@ pub async fn forward(
     let (mut guard, permit) = admission.admit_as(&placement, ctx.prompt_tokens, &ctx.flow).await?;
     let mut replica = guard.replica().clone();
     let mut prefix_feedback = key.as_ref().map(|key| prefix.place(&replica, key));
+    if let (Some(key), Some(feedback)) = (&key, &prefix_feedback) {
+        let hit_tokens = feedback.predicted_tokens();
+        hot_copy::after_placement(state, &request, ctx.entry, key, &replica, hit_tokens);
+    }
     // A streamed request's prompt reaches the engine when the replica answers.
     let entry = if request.streams { EngineEntry::AtAnswer } else { EngineEntry::AtPlacement };
     // The prefill a request owes its replica is the part of its prompt not cached there:

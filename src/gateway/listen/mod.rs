@@ -10,6 +10,7 @@ pub mod connection;
 pub mod dispatch;
 mod h1;
 mod hedge;
+mod hot_copy;
 mod models;
 pub mod request_id;
 mod rescue;

@@ -393,6 +393,12 @@ pub const DOCS: &[Doc] = &[
          gateways."),
     key("prefix.share_prefixes", Any, FromFile,
         "With `limits.store` set, share which replica computed which prompt prefixes."),
+    key("prefix.hot_copy_hits", Int(0, 1 << 20), FromFile,
+        "A prefix hit this many times since its last copy is computed once more, by a one-token \
+         request of the gateway's own, on a replica that lacks it and has fewer requests in flight \
+         than wait beside the hit, if its cache has room (0: never)."),
+    key("prefix.hot_copy_min_tokens", Int(1, 1 << 24), FromFile,
+        "Tokens a hit must cover to count toward a copy, and a replica must lack to take one."),
     key("prefix.tokenizers", Text("served model name = a folder holding `tokenizer.json`"),
         none("none: prompts are read by approximate tokens"),
         "Per served model, the folder of its `tokenizer.json`, `tokenizer_config.json` and chat \

@@ -122,6 +122,14 @@ impl Tie {
 /// `prefix_latency`'s tie: predictions within 10% or 2 ms of the fastest are equals.
 pub const MEASURED_TIE: Tie = Tie::Measured { share: 0.10, floor_us: 2000.0 };
 
+/// `prefix_latency`'s tie where every candidate holds as much of the prompt, and some (as
+/// the holders of a hot prefix copied in the background do): predictions
+/// within 25% or 5 ms of the fastest are equals, so load decides between replicas of one
+/// speed, as `leastconn` does, and a replica several times slower stays out. Within 10%,
+/// two real replicas holding the same contexts split their hits 350 to 100 on a few
+/// milliseconds of predicted difference.
+pub const INDIFFERENT_TIE: Tie = Tie::Measured { share: 0.25, floor_us: 5000.0 };
+
 /// What [`fastest`] weighs a request by: its prompt, the TTFT estimate, the cost of
 /// recomputing a prefix another candidate holds, and the tie-breaker.
 pub struct Choice<'a> {
@@ -161,6 +169,44 @@ mod tests {
     use crate::gateway::pick::replica::ReportedLoad;
     use crate::gateway::pick::test_fleet::{context, context_at, replicas, teach};
 
+    fn hundred_us_a_token(_: &Replica) -> f64 {
+        100.0
+    }
+
+    /// `prefix_latency`'s choice with every candidate prefilling at 100 us a token.
+    fn flat_prefill_choice<'a>(
+        key: &'a PromptKey,
+        estimate: &'a dyn TtftEstimate,
+        tie: Tie,
+        ties: &'a Draws,
+    ) -> Choice<'a> {
+        Choice {
+            key,
+            estimate,
+            prefill_us_per_token: &hundred_us_a_token,
+            recompute_weight: 1.0,
+            charges_copies: true,
+            tie,
+            ties,
+            conversation: false,
+        }
+    }
+
+    /// A prompt of `tokens` tokens whose first `blocks` blocks of 128 can hit.
+    fn prompt(blocks: u64, tokens: u64) -> PromptKey {
+        PromptKey {
+            hashes: (1..=blocks).collect(),
+            engine_hashes: Vec::new(),
+            max_hit_blocks: blocks as usize,
+            prompt_tokens: tokens,
+            block_size: 128,
+            session: None,
+            conversation: None,
+            opens_conversation: false,
+            messages: None,
+        }
+    }
+
     #[test]
     fn a_copy_is_charged_for_the_streams_it_would_stall_on_its_replica() {
         let set = replicas(2);
@@ -180,17 +226,7 @@ mod tests {
                 probe
             })
             .collect();
-        let key = PromptKey {
-            hashes: vec![1, 2, 3, 4],
-            engine_hashes: Vec::new(),
-            max_hit_blocks: 23,
-            prompt_tokens: 3000,
-            block_size: 128,
-            session: None,
-            conversation: None,
-            opens_conversation: false,
-            messages: None,
-        };
+        let key = PromptKey { hashes: vec![1, 2, 3, 4], ..prompt(23, 3000) };
         let held = [Held { blocks: 23, computing: false }, Held::default()];
         let slo = EntrySlo { ttft: Duration::from_secs(5), ..EntrySlo::default() };
         let request = RequestShape { prompt_tokens: 3000, slo };
@@ -198,16 +234,7 @@ mod tests {
         let estimate = MeasuredTtft::for_candidates(&set, &[0, 1], &request, configured);
         assert!(matches!(estimate, MeasuredTtft::Learned { .. }));
         let ties = Draws::new(1);
-        let choice = Choice {
-            key: &key,
-            estimate: &estimate,
-            prefill_us_per_token: &|_: &Replica| 100.0,
-            recompute_weight: 1.0,
-            charges_copies: true,
-            tie: MEASURED_TIE,
-            ties: &ties,
-            conversation: false,
-        };
+        let choice = flat_prefill_choice(&key, &estimate, MEASURED_TIE, &ties);
         // An idle r1: a copy there (0.3 s) beats the hit behind 20,000 tokens (2 s).
         assert_eq!(fastest(&set, &[0, 1], &held, &choice, &context()), Some(1));
         // Eight streams decoding on r1: the copy's 2,944 extra tokens would stall each.
@@ -225,23 +252,43 @@ mod tests {
         assert_eq!(fastest(&set, &[0, 1], &held, &choice, &context()), Some(1));
     }
 
+    /// First tokens predicted per replica, in microseconds, whatever the prompt.
+    struct Predicted(Vec<f64>);
+
+    impl TtftEstimate for Predicted {
+        fn ttft_us(&self, replica: &Replica, _: u64, _: &PickContext) -> f64 {
+            self.0[replica.name[1..].parse::<usize>().unwrap()]
+        }
+    }
+
+    #[test]
+    fn where_the_cache_tells_no_holder_apart_load_decides_within_a_quarter_of_the_fastest() {
+        let set = replicas(2);
+        let key = prompt(8, 1100);
+        let both_hold_it = [Held { blocks: 8, computing: false }; 2];
+        // r0 runs two requests, r1 none.
+        set[0].load.in_flight.store(2, Ordering::Relaxed);
+        let ties = Draws::new(1);
+        let pick = |predicted: Vec<f64>, tie: Tie| {
+            let estimate = Predicted(predicted);
+            let choice = flat_prefill_choice(&key, &estimate, tie, &ties);
+            fastest(&set, &[0, 1], &both_hold_it, &choice, &context()).unwrap()
+        };
+        // r0 predicted 20% sooner: a measured tie goes by the prediction, the indifferent
+        // one by load.
+        assert_eq!(pick(vec![40_000.0, 48_000.0], MEASURED_TIE), 0);
+        assert_eq!(pick(vec![40_000.0, 48_000.0], INDIFFERENT_TIE), 1);
+        // Three times slower, r1 stays out either way.
+        assert_eq!(pick(vec![40_000.0, 120_000.0], INDIFFERENT_TIE), 0);
+    }
+
     #[test]
     fn a_move_is_charged_its_recompute_at_the_speed_of_the_replica_that_would_do_it() {
         let set = replicas(2);
         // r0 eight times slower a token than r1, as the real `slow` model beside `tiny`.
         teach(&set[0], 2800.0, 5.0);
         teach(&set[1], 350.0, 5.0);
-        let key = PromptKey {
-            hashes: (1..=7).collect(),
-            engine_hashes: Vec::new(),
-            max_hit_blocks: 7,
-            prompt_tokens: 1000,
-            block_size: 128,
-            session: None,
-            conversation: None,
-            opens_conversation: false,
-            messages: None,
-        };
+        let key = prompt(7, 1000);
         let slo = EntrySlo { ttft: Duration::from_secs(5), ..EntrySlo::default() };
         let request = RequestShape { prompt_tokens: 1000, slo };
         let configured = QueueTtft { prefill_us_per_token: 75.0, request_us: 1000.0 };

@@ -13,6 +13,7 @@ pub mod cost;
 pub mod engine_held;
 pub mod engine_tokens;
 pub mod feedback;
+pub mod hot_copies;
 pub mod index;
 pub mod measured;
 pub mod model_tokenizer;
@@ -40,6 +41,7 @@ use crate::prompt_tokens::{block_hashes, mix};
 
 pub use engine_tokens::EngineTokens;
 pub use feedback::{Prediction, PrefixFeedback};
+pub use hot_copies::HotPrefixes;
 pub use index::BlockIndex;
 pub use placement_store::{FIRST_CHECKPOINT, PlacementStore, SharedPlacement, checkpoints};
 pub use reuse::RecentReuse;
@@ -147,9 +149,18 @@ pub struct PrefixRouter {
     pub sessions: SessionMemory,
     /// How much of the recent prompts was expected cached where they went.
     pub reuse: RecentReuse,
+    /// Prefixes hit often enough to be copied to a second replica in the background.
+    pub hot: HotPrefixes,
     /// Placements shared with other gateways, if a store is configured.
     shared: Option<Shared>,
     metrics: PrefixMetrics,
+}
+
+/// Who sends a placed request: a client, or the gateway copying a hot prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sender {
+    Client,
+    Gateway,
 }
 
 /// The store and what goes through it (`prefix.share_sessions`, `prefix.share_prefixes`).
@@ -192,6 +203,8 @@ struct PrefixMetrics {
     cache_blocks: IntGaugeVec,
     /// [`RecentReuse::share`].
     reuse: Gauge,
+    /// `laneway_prefix_copies_total{outcome}`: copies of hot prefixes ([`hot_copies`]).
+    copies: IntCounterVec,
 }
 
 impl PrefixRouter {
@@ -231,6 +244,16 @@ impl PrefixRouter {
              0.5 on, a prompt new to every replica is not sent to measure one again",
         )
         .expect("valid");
+        let copies = IntCounterVec::new(
+            Opts::new(
+                "laneway_prefix_copies_total",
+                "Hot prefixes computed once more on an idle replica by a one-token request of the \
+                 gateway's own: made, or failed (the replica refused it or did not answer)",
+            ),
+            &["outcome"],
+        )
+        .expect("valid");
+        registry.register(Box::new(copies.clone())).expect("unique metric name");
         registry.register(Box::new(reuse.clone())).expect("unique metric name");
         registry.register(Box::new(tokens.clone())).expect("unique metric name");
         registry.register(Box::new(index_bytes.clone())).expect("unique metric name");
@@ -240,8 +263,9 @@ impl PrefixRouter {
             index: BlockIndex::new(config.index_bytes),
             sessions: SessionMemory::default(),
             reuse: RecentReuse::default(),
+            hot: HotPrefixes::default(),
             shared: None,
-            metrics: PrefixMetrics { tokens, index_bytes, corrected, cache_blocks, reuse },
+            metrics: PrefixMetrics { tokens, index_bytes, corrected, cache_blocks, reuse, copies },
         }
     }
 
@@ -319,8 +343,28 @@ impl PrefixRouter {
         if let Some(conversation) = key.session.or(key.conversation) {
             self.sessions.remember(conversation, replica.name_hash, key.messages);
         }
+        self.expect_blocks(replica, key, Sender::Client)
+    }
+
+    /// A copy of a hot prefix (the whole prompt of `key`, whose request hit it) is sent to
+    /// `replica`: the index expects its blocks there, computing, and the replica owes their
+    /// prefill, as for a client's request; neither the session's home nor the traffic's
+    /// reuse change, and nothing is shared with other gateways (the replica's own
+    /// requests tell them, or its KV events).
+    pub fn place_copy(self: &Arc<Self>, replica: &Arc<Replica>, key: &PromptKey) -> PrefixFeedback {
+        self.expect_blocks(replica, key, Sender::Gateway)
+    }
+
+    /// The index expects `key`'s blocks on `replica`, which owes the prefill of those it
+    /// did not hold.
+    fn expect_blocks(
+        self: &Arc<Self>,
+        replica: &Arc<Replica>,
+        key: &PromptKey,
+        sender: Sender,
+    ) -> PrefixFeedback {
         let mut placed = self.index.insert(&replica.name, &key.hashes);
-        if let Some(shared) = &self.shared {
+        if let (Sender::Client, Some(shared)) = (sender, &self.shared) {
             shared.remember(replica, key, placed.matched);
         }
         let created = key.hashes[placed.matched.min(key.hashes.len())..].to_vec();
@@ -328,7 +372,7 @@ impl PrefixRouter {
         placed.previous.truncate(placed.matched);
         self.metrics.index_bytes.set(self.index.bytes() as i64);
         let cached = engine_held::cached_blocks(replica, key, &placed) as u64 * key.block_size;
-        if key.max_hit_blocks > 0 {
+        if sender == Sender::Client && key.max_hit_blocks > 0 {
             self.reuse.observe(cached, key.prompt_tokens);
             self.metrics.reuse.set(self.reuse.share());
         }
@@ -342,6 +386,11 @@ impl PrefixRouter {
             owed,
         };
         PrefixFeedback::new(self.clone(), replica.clone(), prediction)
+    }
+
+    /// Counts a copy's `outcome` (`made`, `failed`).
+    pub fn count_copy(&self, outcome: &str) {
+        self.metrics.copies.with_label_values(&[outcome]).inc();
     }
 
     /// The predicted and reported cached tokens counted so far.

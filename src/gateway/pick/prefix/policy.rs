@@ -2,8 +2,10 @@
 //! candidate's TTFT is estimated (configured speeds, or measured ones and the SLO: see
 //! [`super::measured`]), and in three rules of `prefix_latency`'s: a replica no pick has
 //! chosen for a while is measured again ([`stale_equal`]), a prompt whose cache tells no
-//! candidate apart is judged one spread above each prediction ([`OneSpreadAbove`]), and a
-//! copy of a computed prefix is charged for the streams it stalls
+//! candidate apart is judged one spread above each prediction ([`OneSpreadAbove`]) and,
+//! where each holds it, by load within a quarter of the fastest ([`INDIFFERENT_TIE`]), and a
+//! copy of a computed
+//! prefix is charged for the streams it stalls
 //! ([`Choice::charges_copies`]).
 //!
 //! Every candidate's TTFT is estimated with its own expected cache hit (the uncached tail
@@ -27,7 +29,7 @@ use std::sync::Arc;
 
 use super::PromptPick;
 use super::conversation::{self, Contenders};
-use super::cost::{Choice, MEASURED_TIE, Tie, fastest};
+use super::cost::{Choice, INDIFFERENT_TIE, MEASURED_TIE, Tie, fastest};
 use super::engine_held::with_engine_caches;
 use super::index::Held;
 use super::measured::{MeasuredTtft, OneSpreadAbove};
@@ -158,7 +160,16 @@ impl Policy for PrefixAware {
             // `prefix_latency` charges a copy for the streams it stalls; `prefix_aware`, as
             // configured, does not.
             charges_copies: self.measured,
-            tie: if self.measured { MEASURED_TIE } else { Tie::Exact },
+            // Holders alike (a hot prefix copied to each): by load within a quarter. A prompt
+            // new to every candidate keeps the narrow tie, so that a replica measured slower
+            // takes fewer of a burst of new prompts.
+            tie: if indifferent && held[0].blocks > 0 {
+                INDIFFERENT_TIE
+            } else if self.measured {
+                MEASURED_TIE
+            } else {
+                Tie::Exact
+            },
             ties: &self.ties,
             conversation: followed.is_some(),
         };
