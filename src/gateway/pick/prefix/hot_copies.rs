@@ -147,8 +147,9 @@ impl HotPrefixes {
 }
 
 /// The candidate to compute a copy of a `hit_blocks` prefix hit on `chosen`: one in
-/// rotation, with nothing of this gateway's in flight or owed, lacking `min_blocks` of the
-/// prefix at least, with room in its cache. Among several, the prefix's rendezvous order
+/// rotation, owing no prefill, with fewer of this gateway's requests in flight than wait
+/// beside the hit on `chosen`, lacking `min_blocks` of the prefix at least, with room in its
+/// cache. Among several, the prefix's rendezvous order
 /// (the same on every gateway). Returns its index and what it holds.
 fn copy_target(
     candidates: &[Arc<Replica>],

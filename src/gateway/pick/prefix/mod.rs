@@ -247,8 +247,9 @@ impl PrefixRouter {
         let copies = IntCounterVec::new(
             Opts::new(
                 "laneway_prefix_copies_total",
-                "Hot prefixes computed once more on an idle replica by a one-token request of the \
-                 gateway's own: made, or failed (the replica refused it or did not answer)",
+                "Hot prefixes computed once more on a less busy replica by a one-token request \
+                 of the gateway's own: made, or failed (the replica refused it or did not \
+                 answer)",
             ),
             &["outcome"],
         )
