@@ -55,9 +55,9 @@ pub struct PrefixConfig {
     /// With a shared store, the prefixes each placement computes are written there, and a
     /// prompt this gateway knows little of is looked up there before it is placed.
     pub share_prefixes: bool,
-    /// A prefix hit this many times since its last copy is computed once more, in the
-    /// background, on an idle replica that lacks it (0: never;
-    /// [`crate::gateway::pick::prefix::hot_copies`]).
+    /// A prefix hit this many times since its last copy, while other requests wait beside
+    /// it, is computed once more, in the background, on a less busy replica that lacks it
+    /// (0: never; [`crate::gateway::pick::prefix::hot_copies`]).
     pub hot_copy_hits: u32,
     /// Tokens a hit must cover to count toward a copy, and a replica must lack to take one.
     pub hot_copy_min_tokens: u64,
@@ -119,8 +119,13 @@ pub(super) fn prefix(raw: &RawPrefix, issues: &mut Issues) -> PrefixConfig {
         recompute_weight,
         share_sessions: raw.share_sessions.unwrap_or(default.share_sessions),
         share_prefixes: raw.share_prefixes.unwrap_or(default.share_prefixes),
-        hot_copy_hits: issues.number("prefix.hot_copy_hits", raw.hot_copy_hits, 4, 0, 1 << 20)
-            as u32,
+        hot_copy_hits: issues.number(
+            "prefix.hot_copy_hits",
+            raw.hot_copy_hits,
+            default.hot_copy_hits.into(),
+            0,
+            1 << 20,
+        ) as u32,
         hot_copy_min_tokens: issues.positive(
             "prefix.hot_copy_min_tokens",
             raw.hot_copy_min_tokens,

@@ -62,10 +62,12 @@ pub fn after_placement(
     let candidates = request.variant.replicas_for(&state.picker, request.serving);
     let Some(chosen_at) = candidates.iter().position(|r| r.name == chosen.name) else { return };
     let router = &state.shared.prefix;
-    let names: Vec<&str> = candidates.iter().map(|r| r.name.as_str()).collect();
-    let guessed = router.index.lookup(&names, key.hittable());
-    let every: Vec<usize> = (0..candidates.len()).collect();
-    let held = with_engine_caches(&candidates, &every, guessed, key);
+    let held = || {
+        let names: Vec<&str> = candidates.iter().map(|r| r.name.as_str()).collect();
+        let guessed = router.index.lookup(&names, key.hittable());
+        let every: Vec<usize> = (0..candidates.len()).collect();
+        with_engine_caches(&candidates, &every, guessed, key)
+    };
     let (index, reuse) = (&router.index, router.reuse.share());
     let now = std::time::Instant::now();
     let hashes = &key.hashes;
@@ -74,7 +76,7 @@ pub fn after_placement(
         hashes,
         hit_blocks,
         &candidates,
-        &held,
+        held,
         chosen_at,
         index,
         reuse,

@@ -77,10 +77,11 @@ pub struct CopyRule {
 
 impl HotPrefixes {
     /// A request was placed where `hit_blocks` of its prompt (`hashes`) were cached;
-    /// `candidates` are the replicas it could have gone to, `held` what each holds of it,
-    /// `chosen` the one it went to. A copy to make, if this hit makes the prefix due one
-    /// and a candidate can take it now; the prefix is then marked as being copied until
-    /// [`Self::copied`].
+    /// `candidates` are the replicas it could have gone to, `held` reads what each holds of
+    /// it (only once the prefix is due a copy: the index's lookup stays off the path of the
+    /// other hits), `chosen` the one it went to. A copy to make, if this hit makes the
+    /// prefix due one and a candidate can take it now; the prefix is then marked as being
+    /// copied until [`Self::copied`].
     #[allow(clippy::too_many_arguments)]
     pub fn after_hit(
         &self,
@@ -88,7 +89,7 @@ impl HotPrefixes {
         hashes: &[u64],
         hit_blocks: usize,
         candidates: &[Arc<Replica>],
-        held: &[Held],
+        held: impl FnOnce() -> Vec<Held>,
         chosen: usize,
         index: &BlockIndex,
         reuse: f64,
@@ -104,7 +105,8 @@ impl HotPrefixes {
         if reuse < REUSED_FROM {
             return None;
         }
-        let target = copy_target(candidates, held, chosen, hit_blocks, rule.min_blocks, index)?;
+        let held = held();
+        let target = copy_target(candidates, &held, chosen, hit_blocks, rule.min_blocks, index)?;
         let mut heat = self.heat.get_mut(&prefix)?;
         heat.hits = 0;
         heat.copying = true;
@@ -219,7 +221,7 @@ mod tests {
             .map(|i| {
                 let now = start + Duration::from_secs(seconds_apart * i as u64);
                 let held = held(&[8, 0, 0][..fleet.len()]);
-                hot.after_hit(RULE, &hashes, 8, fleet, &held, 0, &index, 0.9, now)
+                hot.after_hit(RULE, &hashes, 8, fleet, || held.clone(), 0, &index, 0.9, now)
             })
             .collect()
     }
@@ -266,8 +268,9 @@ mod tests {
         let (index, hashes, now) =
             (BlockIndex::new(1 << 20), (1..=10).collect::<Vec<u64>>(), Instant::now());
         let held = held(&[8, 0]);
-        let hit =
-            |hot: &HotPrefixes| hot.after_hit(RULE, &hashes, 8, &fleet, &held, 0, &index, 0.9, now);
+        let hit = |hot: &HotPrefixes| {
+            hot.after_hit(RULE, &hashes, 8, &fleet, || held.clone(), 0, &index, 0.9, now)
+        };
         // Only the hit itself on r0, r1 idle: hits that come one at a time need no second place.
         fleet[0].load.in_flight.store(1, Ordering::Relaxed);
         let hot = HotPrefixes::default();
@@ -291,12 +294,18 @@ mod tests {
         index.evicted_before("r1", 0);
         let held = held(&[8, 0]);
         for _ in 0..4 {
-            assert_eq!(hot.after_hit(RULE, &hashes, 8, &fleet, &held, 0, &index, 0.9, now), None);
+            assert_eq!(
+                hot.after_hit(RULE, &hashes, 8, &fleet, || held.clone(), 0, &index, 0.9, now),
+                None
+            );
         }
         let empty = BlockIndex::new(1 << 20);
         let hot = HotPrefixes::default();
         for _ in 0..4 {
-            assert_eq!(hot.after_hit(RULE, &hashes, 8, &fleet, &held, 0, &empty, 0.3, now), None);
+            assert_eq!(
+                hot.after_hit(RULE, &hashes, 8, &fleet, || held.clone(), 0, &empty, 0.3, now),
+                None
+            );
         }
     }
 
@@ -310,12 +319,15 @@ mod tests {
         let hot = HotPrefixes::default();
         let short = held(&[3, 0, 0]);
         for _ in 0..4 {
-            assert_eq!(hot.after_hit(RULE, &hashes, 3, &fleet, &short, 0, &index, 0.9, now), None);
+            assert_eq!(
+                hot.after_hit(RULE, &hashes, 3, &fleet, || short.clone(), 0, &index, 0.9, now),
+                None
+            );
         }
         // r1 lacks 2 blocks of 8 (under the rule's 4); r2 lacks all 8 and takes the copy.
         let most = held(&[8, 6, 0]);
         let plans: Vec<_> = (0..3)
-            .map(|_| hot.after_hit(RULE, &hashes, 8, &fleet, &most, 0, &index, 0.9, now))
+            .map(|_| hot.after_hit(RULE, &hashes, 8, &fleet, || most.clone(), 0, &index, 0.9, now))
             .collect();
         assert_eq!(plans[2], Some(CopyPlan { target: 2, prefix: 8 }));
     }
@@ -328,7 +340,7 @@ mod tests {
         let now = Instant::now();
         for prefix in 0..(MAX_FOLLOWED as u64 + 10) {
             let hashes: Vec<u64> = (0..8).map(|i| prefix * 100 + i).collect();
-            hot.after_hit(RULE, &hashes, 8, &fleet, &held, 0, &index, 0.9, now);
+            hot.after_hit(RULE, &hashes, 8, &fleet, || held.clone(), 0, &index, 0.9, now);
         }
         assert!(hot.len() <= MAX_FOLLOWED, "{} followed", hot.len());
     }
